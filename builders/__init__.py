@@ -1,0 +1,1 @@
+"""Benchmark builders (datasets GeneratorBasedBuilder classes), one module per benchmark."""

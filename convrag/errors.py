@@ -1,0 +1,22 @@
+"""Errors raised on bad input. Every message names the file (and line, where there is one)."""
+
+from __future__ import annotations
+
+
+class ConvragError(Exception):
+    """Base class of convrag's own errors."""
+
+
+class DataError(ConvragError, ValueError):
+    """Malformed input data: bad JSON, missing fields, duplicate or unknown ids, wrong types.
+
+    ``source`` is the file (or logical input name) and ``line`` the 1-based line or record number.
+    """
+
+    def __init__(self, message: str, source: str | None = None, line: int | None = None) -> None:
+        self.source = source
+        self.line = line
+        where = ""
+        if source is not None:
+            where = f"{source}:{line}: " if line is not None else f"{source}: "
+        super().__init__(f"{where}{message}")

@@ -1,0 +1,1 @@
+"""Dataset card templates used by the exporter."""

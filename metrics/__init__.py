@@ -1,0 +1,1 @@
+"""Evaluate modules, one folder per metric; each folder also loads with ``evaluate.load(path)``."""

@@ -1,0 +1,1 @@
+"""Synthesis pipelines that produce benchmark data in the builders' schemas."""
