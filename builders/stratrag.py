@@ -169,6 +169,10 @@ class StratRAG(BenchmarkBuilder):
 
     def _split_generators(self, dl_manager: datasets.DownloadManager) -> list[datasets.SplitGenerator]:
         sources = self.resolve_sources(dl_manager)
+        if self.config.fill not in ("pad", "borrow"):
+            raise DataError(f"fill must be 'pad' or 'borrow', got {self.config.fill!r}")
+        for path in sources.values():
+            read_hotpot(path)  # parse and check here, so errors surface unwrapped
         order = [s for s in ("train", "validation") if s in sources]
         return [datasets.SplitGenerator(name=s, gen_kwargs={"split": s, "sources": sources}) for s in order]
 
@@ -225,8 +229,6 @@ def build_split(
     Global row numbers (used in doc ids) run over train first, then validation; without a train source,
     validation starts at ``config.validation_row_offset``.
     """
-    if config.fill not in ("pad", "borrow"):
-        raise DataError(f"fill must be 'pad' or 'borrow', got {config.fill!r}")
     limits = {"train": config.max_train, "validation": config.max_validation}
     raws = _select(read_hotpot(sources[split]), limits[split], config.sample_seed)
     if split == "train":

@@ -58,8 +58,13 @@ def build_config(
 ) -> tuple[datasets.DatasetDict, Any]:
     """Run one builder config; returns its splits and the builder (for ``info`` and ``report``)."""
     cls = get_builder_class(benchmark)
-    builder = cls(config_name=config_name, cache_dir=cache_dir, **options)
-    builder.download_and_prepare()
+    try:
+        builder = cls(config_name=config_name, cache_dir=cache_dir, **options)
+        builder.download_and_prepare()
+    except datasets.exceptions.DatasetGenerationError as err:
+        if isinstance(err.__cause__, ConvragError):
+            raise err.__cause__ from None
+        raise
     return builder.as_dataset(), builder
 
 

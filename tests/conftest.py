@@ -1,0 +1,20 @@
+"""Shared test settings: offline Hub, the shared real data folder (read in place, never copied)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("CONVRAG_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not DATA.exists():
+        raise pytest.UsageError(f"shared data folder not found at {DATA} (set CONVRAG_SHARED_DATA)")
