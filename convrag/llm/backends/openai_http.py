@@ -1,0 +1,122 @@
+"""OpenAI-compatible HTTP backend (OpenAI, vLLM, llama.cpp server, DeepSeek, OpenRouter, ...)."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import Any
+
+from convrag.llm.backends.base import Backend
+from convrag.llm.types import BackendError, Completion, Message, SamplingParams, Usage
+
+#: ways of asking a server for schema-constrained JSON, tried in this order until one is accepted
+RESPONSE_FORMAT_STYLES = ("json_schema", "json_object_schema", "json_object", "none")
+
+
+def _response_format(style: str, schema: dict[str, Any]) -> dict[str, Any] | None:
+    if style == "json_schema":  # OpenAI, vLLM, OpenRouter
+        return {"type": "json_schema", "json_schema": {"name": "output", "schema": schema, "strict": False}}
+    if style == "json_object_schema":  # llama-cpp-python server
+        return {"type": "json_object", "schema": schema}
+    if style == "json_object":  # DeepSeek and others without schema support
+        return {"type": "json_object"}
+    return None
+
+
+class OpenAIBackend(Backend):
+    """Chat completions over the ``openai`` client. The client's own retries are off; the caller retries.
+
+    ``base_url``, ``api_key`` default to ``CONVRAG_LLM_BASE_URL`` / ``OPENAI_BASE_URL`` and
+    ``CONVRAG_LLM_API_KEY`` / ``OPENAI_API_KEY``. ``response_format`` picks one style from
+    :data:`RESPONSE_FORMAT_STYLES` or ``"auto"`` (fall back along the list when a server rejects one).
+    """
+
+    name = "openai"
+    supports_schema = True
+
+    def __init__(self, model: str | None = None, base_url: str | None = None, api_key: str | None = None, *,
+                 timeout: float = 60.0, response_format: str = "auto",
+                 extra_body: dict[str, Any] | None = None) -> None:
+        import openai
+
+        self.model = model or os.environ.get("CONVRAG_LLM_MODEL", "")
+        if not self.model:
+            raise BackendError("openai backend needs a model name (openai:MODEL[@URL] or CONVRAG_LLM_MODEL)")
+        self.base_url = base_url or os.environ.get("CONVRAG_LLM_BASE_URL") or os.environ.get("OPENAI_BASE_URL")
+        key = api_key or os.environ.get("CONVRAG_LLM_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        if not key and self.base_url:
+            key = "EMPTY"  # local servers (vLLM, llama.cpp) accept any key
+        if not key:
+            raise BackendError("openai backend needs an API key (CONVRAG_LLM_API_KEY or OPENAI_API_KEY)")
+        if response_format != "auto" and response_format not in RESPONSE_FORMAT_STYLES:
+            raise BackendError(f"unknown response_format {response_format!r}; use auto or {RESPONSE_FORMAT_STYLES}")
+        self.timeout = timeout
+        self.extra_body = dict(extra_body or {})
+        self._style = None if response_format == "auto" else response_format
+        self._lock = threading.Lock()
+        self._openai = openai
+        self.client = openai.OpenAI(base_url=self.base_url, api_key=key, max_retries=0, timeout=timeout)
+
+    def identity(self) -> dict[str, Any]:
+        return {"backend": self.name, "model": self.model, "base_url": self.base_url or "https://api.openai.com/v1"}
+
+    def complete(self, messages: list[Message], params: SamplingParams, *,
+                 json_schema: dict[str, Any] | None = None, timeout: float | None = None) -> Completion:
+        kwargs: dict[str, Any] = {
+            "model": self.model, "messages": messages, "temperature": params.temperature,
+            "max_tokens": params.max_tokens, "top_p": params.top_p, "timeout": timeout or self.timeout,
+        }
+        if params.seed is not None:
+            kwargs["seed"] = params.seed
+        if params.stop:
+            kwargs["stop"] = list(params.stop)
+        if self.extra_body:
+            kwargs["extra_body"] = self.extra_body
+        if json_schema is None:
+            return self._call(kwargs)
+        styles = [self._style] if self._style else list(RESPONSE_FORMAT_STYLES)
+        for i, style in enumerate(styles):
+            rf = _response_format(style, json_schema)
+            call = dict(kwargs, response_format=rf) if rf else kwargs
+            try:
+                out = self._call(call)
+            except BackendError as exc:
+                if exc.kind == "rejected" and i + 1 < len(styles):
+                    continue  # server refused this response_format: try the next style
+                raise
+            with self._lock:
+                self._style = style
+            return out
+        raise BackendError("no response_format style accepted")  # pragma: no cover
+
+    def _call(self, kwargs: dict[str, Any]) -> Completion:
+        o = self._openai
+        try:
+            resp = self.client.chat.completions.create(**kwargs)
+        except o.APITimeoutError as exc:
+            raise BackendError(f"timeout: {exc}", retryable=True, kind="timeout") from exc
+        except o.APIConnectionError as exc:
+            raise BackendError(f"connection error: {exc}", retryable=True, kind="connection") from exc
+        except o.APIStatusError as exc:
+            code = exc.status_code
+            if code == 429:
+                raise BackendError(f"rate limited (429): {exc}", retryable=True, kind="rate_limit") from exc
+            if code >= 500 or code in (408, 409):
+                raise BackendError(f"server error ({code}): {exc}", retryable=True, kind="server_error") from exc
+            if code in (400, 422) and "response_format" in kwargs:
+                raise BackendError(f"request rejected ({code}): {exc}", kind="rejected") from exc
+            raise BackendError(f"request failed ({code}): {exc}", kind="client_error") from exc
+        except (json.JSONDecodeError, ValueError) as exc:
+            raise BackendError(f"unreadable response body: {exc}", retryable=True, kind="bad_response") from exc
+        choices = getattr(resp, "choices", None)
+        if not choices or choices[0].message is None or choices[0].message.content is None:
+            raise BackendError(f"response without message content: {str(resp)[:200]}", retryable=True,
+                               kind="bad_response")
+        u = getattr(resp, "usage", None)
+        usage = Usage(getattr(u, "prompt_tokens", 0) or 0, getattr(u, "completion_tokens", 0) or 0)
+        return Completion(text=choices[0].message.content, usage=usage, model=getattr(resp, "model", "") or self.model,
+                          finish_reason=choices[0].finish_reason)
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,0 +1,231 @@
+"""The LLM client: cache, retries with backoff and jitter, structured outputs, bounded concurrency, accounting."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TypeVar, overload
+
+from pydantic import BaseModel
+
+from convrag.llm.backends.base import Backend
+from convrag.llm.cache import DiskCache, cache_key
+from convrag.llm.prompts import load_prompt
+from convrag.llm.report import RunReport
+from convrag.llm.structured import Parsed, ParseError, Schema, dump_value, json_schema_for, parse_structured, validate
+from convrag.llm.types import BackendError, Completion, LLMFailure, Message, SamplingParams, Usage
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with jitter for transient errors (429, 5xx, timeouts, lost connections)."""
+
+    max_retries: int = 5
+    base_delay: float = 1.0
+    max_delay: float = 30.0
+    jitter: float = 0.5
+
+    def delay(self, retry: int, rng: random.Random) -> float:
+        """Seconds to wait before retry number ``retry`` (0-based): base * 2**retry, +-jitter, capped."""
+        d = min(self.max_delay, self.base_delay * (2 ** retry))
+        return max(0.0, d * (1.0 + self.jitter * (2 * rng.random() - 1)))
+
+
+def _with_instruction(messages: list[Message], instruction: str) -> list[Message]:
+    out = [dict(m) for m in messages]
+    for m in reversed(out):
+        if m["role"] == "user":
+            m["content"] = f"{m['content']}\n\n{instruction}"
+            return out
+    return [*out, {"role": "user", "content": instruction}]
+
+
+class LLM:
+    """One configured model. Thread-safe; share it across a run.
+
+    ``cache``: a :class:`DiskCache`, a directory, True (default directory) or False (off).
+    """
+
+    def __init__(self, backend: Backend, *, cache: DiskCache | str | Path | bool = True,
+                 report: RunReport | None = None, retry: RetryPolicy | None = None,
+                 timeout: float | None = None, max_concurrency: int = 4,
+                 params: SamplingParams | None = None, structured_attempts: int = 3,
+                 constrained: bool = True, spec: str = "",
+                 sleep: Callable[[float], None] = time.sleep, seed: int | None = None) -> None:
+        self.backend = backend
+        if cache is True:
+            self.cache: DiskCache | None = DiskCache()
+        elif cache is False or cache is None:
+            self.cache = None
+        elif isinstance(cache, DiskCache):
+            self.cache = cache
+        else:
+            self.cache = DiskCache(cache)
+        self.report = report if report is not None else RunReport()
+        self.retry = retry or RetryPolicy()
+        self.timeout = timeout
+        self.params = params or SamplingParams()
+        self.structured_attempts = structured_attempts
+        self.constrained = constrained
+        self.spec = spec or f"{backend.name}:{backend.model}"
+        self._sem = threading.BoundedSemaphore(max(1, max_concurrency))
+        self._sleep = sleep
+        self._rng = random.Random(seed)
+        self._rng_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"LLM({self.spec!r})"
+
+    @property
+    def name(self) -> str:
+        return self.spec
+
+    # -- backend calls ---------------------------------------------------------------------------------
+    def _call_backend(self, messages: list[Message], params: SamplingParams,
+                      json_schema: dict[str, Any] | None) -> Completion:
+        """One request, retried on transient errors; raises :class:`LLMFailure` when out of retries."""
+        errors: list[str] = []
+        for retry in range(self.retry.max_retries + 1):
+            t0 = time.perf_counter()
+            try:
+                with self._sem:
+                    comp = self.backend.complete(messages, params, json_schema=json_schema, timeout=self.timeout)
+            except BackendError as exc:
+                self.report.record_call(self.backend.name, self.backend.model, None, time.perf_counter() - t0,
+                                        exc.kind)
+                errors.append(f"{exc.kind}: {exc}")
+                if not exc.retryable:
+                    raise LLMFailure(f"{self.spec}: {exc}", attempts=retry + 1, errors=errors) from exc
+                if retry == self.retry.max_retries:
+                    raise LLMFailure(f"{self.spec}: gave up after {retry + 1} attempts: {exc}",
+                                     attempts=retry + 1, errors=errors) from exc
+                self.report.count("retries")
+                with self._rng_lock:
+                    wait = self.retry.delay(retry, self._rng)
+                self._sleep(wait)
+                continue
+            self.report.record_call(self.backend.name, self.backend.model, comp.usage, time.perf_counter() - t0, None)
+            return comp
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _key(self, kind: str, messages: list[Message], params: SamplingParams, schema: dict[str, Any] | None) -> str:
+        return cache_key({"kind": kind, "backend": self.backend.identity(), "messages": messages,
+                          "params": params.to_dict(), "schema": schema})
+
+    def _params(self, params: SamplingParams | None, overrides: dict[str, Any]) -> SamplingParams:
+        p = params or self.params
+        return replace(p, **overrides) if overrides else p
+
+    # -- public API --------------------------------------------------------------------------------------
+    def chat(self, messages: list[Message], params: SamplingParams | None = None, *, use_cache: bool = True,
+             **overrides: Any) -> Completion:
+        """Free-text completion. ``overrides`` set single sampling fields (``max_tokens=64``)."""
+        p = self._params(params, overrides)
+        key = self._key("chat", messages, p, None)
+        if use_cache and self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                self.report.count("cache_hits")
+                return Completion(text=hit["text"], usage=Usage(**hit["usage"]), model=hit.get("model", ""),
+                                  finish_reason=hit.get("finish_reason"), cached=True)
+            self.report.count("cache_misses")
+        try:
+            comp = self._call_backend(messages, p, None)
+        except LLMFailure as exc:
+            self.report.record_failure(str(exc))
+            raise
+        if use_cache and self.cache is not None:
+            self.cache.put(key, {"text": comp.text, "model": comp.model, "finish_reason": comp.finish_reason,
+                                 "usage": {"prompt_tokens": comp.usage.prompt_tokens,
+                                           "completion_tokens": comp.usage.completion_tokens}},
+                           request={"spec": self.spec, "messages": messages})
+        return comp
+
+    @overload
+    def structured(self, messages: list[Message], schema: type[M], params: SamplingParams | None = ..., *,
+                   attempts: int | None = ..., check: Callable[[Any], str | None] | None = ...,
+                   use_cache: bool = ..., **overrides: Any) -> Parsed[M]: ...
+
+    @overload
+    def structured(self, messages: list[Message], schema: dict[str, Any], params: SamplingParams | None = ..., *,
+                   attempts: int | None = ..., check: Callable[[Any], str | None] | None = ...,
+                   use_cache: bool = ..., **overrides: Any) -> Parsed[Any]: ...
+
+    def structured(self, messages: list[Message], schema: Schema, params: SamplingParams | None = None, *,
+                   attempts: int | None = None, check: Callable[[Any], str | None] | None = None,
+                   use_cache: bool = True, **overrides: Any) -> Parsed[Any]:
+        """A reply parsed and validated against ``schema`` (pydantic model class or JSON-schema dict).
+
+        Uses constrained decoding where the backend has it, repairs trivial breakage, and otherwise
+        re-asks with the error fed back, up to ``attempts`` replies. ``check(value)`` may return an error
+        message for semantic problems; it is fed back the same way. Raises :class:`LLMFailure` at the end.
+        """
+        p = self._params(params, overrides)
+        schema_dict = json_schema_for(schema)
+        instruction = load_prompt("structured_output").render(
+            schema_json=json.dumps(schema_dict, ensure_ascii=False))[0]["content"]
+        convo = _with_instruction(messages, instruction)
+        key = self._key("structured", convo, p, schema_dict)
+        if use_cache and self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                try:
+                    value = validate(hit["value"], schema)
+                except ParseError:
+                    value = None
+                if value is not None and (check is None or check(value) is None):
+                    self.report.count("cache_hits")
+                    return Parsed(value=value, text=hit["text"], attempts=hit.get("attempts", 1),
+                                  repairs=list(hit.get("repairs", [])), cached=True)
+            self.report.count("cache_misses")
+        constrain = schema_dict if (self.constrained and self.backend.supports_schema) else None
+        n = attempts or self.structured_attempts
+        errors: list[str] = []
+        text = None
+        for attempt in range(1, n + 1):
+            try:
+                comp = self._call_backend(convo, p, constrain)
+            except LLMFailure as exc:
+                exc.errors = errors + exc.errors
+                self.report.record_failure(str(exc))
+                raise
+            text = comp.text
+            try:
+                value, repairs = parse_structured(text, schema)
+                problem = check(value) if check is not None else None
+                if problem:
+                    raise ParseError(problem)
+            except ParseError as exc:
+                errors.append(f"attempt {attempt}: {exc}")
+                if attempt < n:
+                    self.report.count("structured_retries")
+                    retry_msg = load_prompt("structured_retry").render(error=str(exc))
+                    convo = [*convo, {"role": "assistant", "content": text}, *retry_msg]
+                continue
+            if repairs:
+                self.report.count("repairs")
+            if use_cache and self.cache is not None:
+                self.cache.put(key, {"text": text, "value": dump_value(value), "attempts": attempt,
+                                     "repairs": repairs}, request={"spec": self.spec, "messages": messages})
+            return Parsed(value=value, text=text, attempts=attempt, repairs=repairs, completion=comp)
+        msg = f"{self.spec}: no valid structured reply after {n} attempts: {errors[-1] if errors else ''}"
+        self.report.record_failure(msg)
+        raise LLMFailure(msg, attempts=n, last_text=text, errors=errors)
+
+    def ask(self, prompt: str, schema: Schema | None = None, *, params: SamplingParams | None = None,
+            **fields: Any) -> Any:
+        """Render the named prompt with ``fields`` and run it: text if no schema, else the validated value."""
+        messages = load_prompt(prompt).render(**fields)
+        if schema is None:
+            return self.chat(messages, params).text
+        return self.structured(messages, schema, params).value
+
+    def close(self) -> None:
+        self.backend.close()

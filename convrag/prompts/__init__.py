@@ -1,0 +1,1 @@
+"""Prompt templates of the LLM layer (data files; see README.md)."""
