@@ -13,6 +13,8 @@ from convrag.errors import ConvragError
 #: registry name -> "module:Class" (modules relative to this package)
 REGISTRY: dict[str, str] = {
     "stratrag": "stratrag:StratRAG",
+    "mtrag": "mtrag:MTRAG",
+    "mtrag-un": "mtrag_un:MTRAGUN",
 }
 
 

@@ -1,0 +1,157 @@
+"""MTRAG (Katsis et al., 2025): 110 human multi-turn RAG conversations over four corpora, 842 tasks.
+
+Configs are named ``<domain>-<view>`` with domain ``clapnq``, ``cloud``, ``fiqa``, ``govt`` or ``all`` (the four
+combined), each with one split ``test``:
+
+* ``conversations``: one row per conversation, every message with speaker, enrichments (Question Type,
+  Multi-Turn, Answerability, ...), alternatives, and the cited passages with their relevance feedback;
+* ``tasks``: one row per user turn: prior turns + question (``input``), reference answer (``targets``),
+  labels, and the relevant passages (from the released qrels); ``scored`` marks the tasks with qrels;
+* ``lastturn`` / ``questions`` / ``rewrite``: the released query views (BEIR ``_id``, ``text``, plus labels);
+* ``qrels``: the released qrels (``query-id``, ``corpus-id``, ``score``);
+* ``corpus``: the official passage-level corpus (needs ``corpora/passage_level/<domain>.jsonl.zip``);
+* ``cited-corpus``: the passages cited anywhere in the conversations (text from conversations.json), so
+  that retrieval runs without the corpora (every relevant passage is in it; the ranking task is far easier).
+
+``source``: None (the upstream repository by URL), a local checkout / folder in its layout, or a mapping
+name -> path (names in ``mtrag_source.mtrag_paths()``, plus ``root``). ``default_configs(options)`` lists the
+configs a source can build (a folder without corpora builds everything but ``*-corpus``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import datasets
+from datasets import Features
+
+from convrag.builder_base import BenchmarkBuilder, BenchmarkConfig
+from convrag.errors import DataError
+
+from . import mtrag_parse as mp
+from .mtrag_source import DOMAINS, VIEWS, fetch, iter_corpus, locate, mtrag_paths
+
+SPLIT = "test"
+ALL = "all"
+DOMAIN_NAMES = (*DOMAINS, ALL)
+VIEW_NAMES = ("conversations", "tasks", *VIEWS, "qrels", "cited-corpus", "corpus")
+FEATURES: dict[str, Features] = {
+    "conversations": mp.CONVERSATION_FEATURES,
+    "tasks": mp.TASK_FEATURES,
+    **{v: mp.QUERY_FEATURES for v in VIEWS},
+    "qrels": mp.schema.QRELS,
+    "cited-corpus": mp.CORPUS_FEATURES,
+    "corpus": mp.CORPUS_FEATURES,
+}
+
+
+@dataclass
+class MTRAGConfig(BenchmarkConfig):
+    domain: str = ALL
+
+
+def config_name(domain: str, view: str) -> str:
+    """``<domain>-<view>``, e.g. ``clapnq-lastturn``, ``all-tasks``."""
+    return f"{domain}-{view}"
+
+
+def _domains(domain: str) -> tuple[str, ...]:
+    return DOMAINS if domain == ALL else (domain,)
+
+
+def needed_files(domain: str, view: str) -> list[str]:
+    """Source names a config reads (release files are small; corpora only for ``corpus``)."""
+    if view == "corpus":
+        return [f"{d}-corpus" for d in _domains(domain)]
+    return ["conversations"] + [f"{d}-{v}" for d in DOMAINS for v in (*VIEWS, "qrels")]
+
+
+def required_files(domain: str, view: str) -> list[str]:
+    """Source names without which a config cannot be built."""
+    if view == "corpus":
+        return needed_files(domain, view)
+    if view in (*VIEWS, "qrels"):
+        return ["conversations"] + [f"{d}-{view}" for d in _domains(domain)]
+    return ["conversations"]
+
+
+class MTRAG(BenchmarkBuilder):
+    """Builder of MTRAG conversations, tasks, query views, qrels and corpora."""
+
+    BENCHMARK = "mtrag"
+    CARD = "mtrag.md"
+    DEFAULT_SOURCES = mtrag_paths()
+    VERSION = datasets.Version("1.0.0")
+    BUILDER_CONFIG_CLASS = MTRAGConfig
+    BUILDER_CONFIGS = [
+        MTRAGConfig(name=config_name(d, v), domain=d, view=v, description=f"MTRAG {v} ({d})")
+        for d in DOMAIN_NAMES for v in VIEW_NAMES
+    ]  # fmt: skip
+    DEFAULT_CONFIG_NAME = "all-tasks"
+
+    @classmethod
+    def default_configs(cls, options: dict[str, Any] | None = None) -> list[str]:
+        """Configs that ``options['source']`` can build (all of them for URL sources)."""
+        located = locate((options or {}).get("source"), mtrag_paths())
+        return [c.name for c in cls.BUILDER_CONFIGS
+                if all(located.get(n) for n in required_files(c.domain, c.view))]  # fmt: skip
+
+    def _info(self) -> datasets.DatasetInfo:
+        return datasets.DatasetInfo(
+            description="MTRAG: multi-turn conversational RAG benchmark (IBM), conversations, tasks and "
+            "retrieval views.",
+            features=FEATURES[self.config.view],
+            homepage="https://github.com/IBM/mt-rag-benchmark",
+            license="apache-2.0",
+        )
+
+    def _split_generators(self, dl_manager: datasets.DownloadManager) -> list[datasets.SplitGenerator]:
+        domain, view = self.config.domain, self.config.view
+        if domain not in DOMAIN_NAMES or view not in VIEW_NAMES:
+            raise DataError(f"unknown MTRAG config domain={domain!r} view={view!r}")
+        located = locate(self.config.source, mtrag_paths())
+        missing = [n for n in required_files(domain, view) if not located.get(n)]
+        if missing:
+            hint = " (the corpora are separate downloads; `cited-corpus` configs work without them)" \
+                if view == "corpus" else ""  # fmt: skip
+            raise DataError(f"config {self.config.name} needs {missing}, not found in the source{hint}",
+                            str(self.config.source))  # fmt: skip
+        files = fetch(located, needed_files(domain, view), dl_manager)
+        if view != "corpus":
+            data = mp.parse_mtrag(files)  # parse and check here, so errors surface unwrapped
+            for event, count in data.events.items():
+                self.report.counts[event] = count
+                if data.examples.get(event):
+                    self.report.examples[event] = list(data.examples[event])
+        return [datasets.SplitGenerator(name=SPLIT, gen_kwargs={"files": files})]
+
+    def _generate_examples(self, files: dict[str, str | None]):
+        domain, view = self.config.domain, self.config.view
+        wanted = _domains(domain)
+        if view == "corpus":
+            for d in wanted:
+                for row in iter_corpus(files[f"{d}-corpus"]):
+                    yield f"{d}:{row['_id']}", {**row, "domain": d}
+            return
+        data = mp.parse_mtrag(files)
+        if view == "conversations":
+            for row in data.conversations:
+                if row["domain"] in wanted:
+                    yield row["conversation_id"], row
+        elif view == "tasks":
+            for row in data.tasks:
+                if row["domain"] in wanted:
+                    yield row["task_id"], row
+        elif view in VIEWS:
+            for d in wanted:
+                for row in data.queries.get(d, {}).get(view, []):
+                    yield row["_id"], row
+        elif view == "qrels":
+            for d in wanted:
+                for row in data.qrels.get(d, []):
+                    yield f"{row['query-id']}:{row['corpus-id']}", row
+        else:  # cited-corpus
+            for d in wanted:
+                for doc_id in sorted(data.cited.get(d, {})):
+                    yield f"{d}:{doc_id}", data.cited[d][doc_id]

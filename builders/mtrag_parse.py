@@ -1,0 +1,345 @@
+"""Parse the MTRAG release (conversations + retrieval task files) into convrag rows.
+
+Definitions used here (checked against the release by ``tests/test_mtrag.py``):
+
+* A *task* is one user message: turn ``k`` of a conversation is its k-th user message; the task's input is
+  every message before it plus the question itself; its reference answer (``targets``) is the agent message
+  that follows. Task id: ``<conversation id><::><k>``.
+* ``conversations.json`` carries no conversation ids. The id of a conversation is read from the released
+  ``<domain>_questions.jsonl`` file, whose text for task ``<cid><::><k>`` is the conversation's first ``k``
+  user questions (``|user|: ...`` lines): a conversation takes the id whose question texts all equal its own
+  prefixes. Ids are checked to be unambiguous; a conversation of a domain without a questions file gets a
+  synthetic id ``mtrag-<domain>-<nnn>`` (counted in the build report).
+* The relevant passages of a task are its released qrels (authoritative). The report also counts how often
+  they equal the passages whose latest relevance feedback in the conversation is "yes".
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from datasets import Features, List, Value
+
+from convrag import schema
+from convrag.errors import DataError
+
+from .mtrag_source import (
+    COLLECTIONS,
+    DOMAINS,
+    SCORED_ANSWERABILITY,
+    TASK_SEPARATOR,
+    VIEWS,
+    normalize_domain,
+    read_json,
+    read_qrels,
+    read_queries,
+    require,
+    split_task_id,
+)
+
+MESSAGE = {"speaker": Value("string"), "text": Value("string")}
+PASSAGE = {"document_id": Value("string"), "title": Value("string"), "text": Value("string")}
+ENRICHMENT = {"name": Value("string"), "values": List(Value("string"))}
+TASK_FIELDS = {
+    "task_id": Value("string"),
+    "conversation_id": Value("string"),
+    "turn": Value("int32"),
+    "domain": Value("string"),
+    "collection": Value("string"),
+    "question": Value("string"),
+    "input": List(MESSAGE),
+    "targets": List(MESSAGE),
+    "answerability": Value("string"),
+    "multi_turn": Value("string"),
+    "question_type": List(Value("string")),
+    "standalone": Value("string"),
+    "scored": Value("bool"),
+    "relevant_passages": List(PASSAGE),
+}
+TASK_FEATURES = Features(TASK_FIELDS)
+QUERY_EXTRA = {
+    "conversation_id": Value("string"),
+    "turn": Value("int32"),
+    "domain": Value("string"),
+    "answerability": Value("string"),
+    "multi_turn": Value("string"),
+    "standalone": Value("string"),
+}
+QUERY_FEATURES = schema.with_extra(schema.QUERIES, QUERY_EXTRA)
+CORPUS_FEATURES = schema.with_extra(schema.CORPUS, {"url": Value("string"), "domain": Value("string")})
+CONTEXT = {
+    **PASSAGE,
+    "url": Value("string"),
+    "score": Value("float64"),
+    "relevant": Value("string"),
+    "feedback": List({"annotator": Value("string"), "value": Value("string"), "timestamp": Value("int64")}),
+    "query": Value("string"),
+}
+CONVERSATION_FEATURES = schema.conversation_features(
+    turn_extra={
+        "timestamp": Value("int64"),
+        "original_text": Value("string"),
+        "answerability": Value("string"),
+        "multi_turn": Value("string"),
+        "question_type": List(Value("string")),
+        "standalone": Value("string"),
+        "enrichments": List(ENRICHMENT),
+        "alternatives": List({"text": Value("string"), "enrichments": List(ENRICHMENT)}),
+        "contexts": List(CONTEXT),
+    },
+    extra={
+        "collection": Value("string"),
+        "n_turns": Value("int32"),
+        "author": Value("string"),
+        "editor": Value("string"),
+        "reviewer": Value("string"),
+        "status": Value("string"),
+        "generator": Value("string"),
+    },
+)
+
+
+@dataclass
+class MtragData:
+    """Everything the MTRAG configs are made of, for the domains whose files were given."""
+
+    conversations: list[dict[str, Any]] = field(default_factory=list)
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+    queries: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)  # domain -> view -> rows
+    qrels: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # domain -> rows
+    cited: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)  # domain -> doc id -> row
+    events: Counter = field(default_factory=Counter)
+    examples: dict[str, list[str]] = field(default_factory=dict)
+
+    def add(self, event: str, example: str | None = None, n: int = 1) -> None:
+        self.events[event] += n
+        if example is not None and len(self.examples.setdefault(event, [])) < 10:
+            self.examples[event].append(example)
+
+
+def enrichment(values: Any) -> list[str]:
+    """An enrichment value as a list of strings (the release stores lists; a scalar becomes a 1-list)."""
+    if values is None:
+        return []
+    if isinstance(values, list):
+        return [str(v) for v in values]
+    return [str(values)]
+
+
+def first(values: Any) -> str:
+    got = enrichment(values)
+    return got[0] if got else ""
+
+
+def final_relevance(context: dict[str, Any]) -> str:
+    """``yes`` / ``no`` of the latest relevance feedback on a cited passage ("" without feedback)."""
+    votes = (context.get("feedback") or {}).get("relevant") or {}
+    if not votes:
+        return ""
+    latest = max(votes.values(), key=lambda v: int(v.get("timestamp") or 0))
+    return str(latest.get("value", ""))
+
+
+def parse_mtrag(files: dict[str, str | None]) -> MtragData:
+    """Parse the given MTRAG files (name -> local path or None); cached per file versions."""
+    key = tuple(sorted((k, v, os.path.getmtime(v) if v else 0.0) for k, v in files.items()))
+    return _parse(key)
+
+
+@functools.lru_cache(maxsize=2)
+def _parse(key: tuple) -> MtragData:
+    files = {name: path for name, path, _ in key}
+    data = MtragData()
+    conv_path = files.get("conversations")
+    if not conv_path:
+        raise DataError("MTRAG needs mtrag-human/conversations/conversations.json in the source")
+    raw = read_json(conv_path)
+    if not isinstance(raw, list):
+        raise DataError("expected a JSON list of conversations", conv_path)
+    query_files = {(d, v): files.get(f"{d}-{v}") for d in DOMAINS for v in VIEWS}
+    queries = {dv: read_queries(p) for dv, p in query_files.items() if p}
+    for (d, v), p in query_files.items():
+        if not p:
+            data.add("query files missing from the source", f"{d}_{v}.jsonl")
+    ids = _conversation_ids(raw, conv_path, queries, data)
+    qrels = {d: read_qrels(files[f"{d}-qrels"]) for d in DOMAINS if files.get(f"{d}-qrels")}
+    rel_by_task: dict[str, list[str]] = {}
+    for d, rows in qrels.items():
+        for qid, did, score, _line in rows:
+            if score > 0:
+                rel_by_task.setdefault(qid, []).append(did)
+    for index, conv in enumerate(raw):
+        data.conversations.append(_conversation_row(conv, ids[index], conv_path, index, data))
+    _tasks(data, rel_by_task, set(qrels))
+    _views(data, queries, qrels, files)
+    return data
+
+
+def _conversation_ids(raw: list, path: str, queries: dict, data: MtragData) -> list[str]:
+    """Conversation id of every conversation, read from the questions files (see module docstring)."""
+    by_text: dict[tuple[str, int, str], set[str]] = {}
+    turns_of: dict[str, dict[int, str]] = {}
+    for (d, v), rows in queries.items():
+        if v != "questions":
+            continue
+        for qid, text, line in rows:
+            cid, turn = split_task_id(qid, f"{d}_questions.jsonl", line)
+            by_text.setdefault((d, turn, text), set()).add(cid)
+            turns_of.setdefault(cid, {})[turn] = text
+    ids: list[str] = []
+    matched: set[str] = set()
+    numbers: Counter = Counter()
+    for index, conv in enumerate(raw):
+        if not isinstance(conv, dict):
+            raise DataError("conversation is not a JSON object", path, index + 1)
+        require(conv, ("domain",), path, index + 1)
+        if not isinstance(conv.get("messages"), list) or not conv["messages"]:
+            raise DataError("conversation has no 'messages' list", path, index + 1)
+        d = normalize_domain(conv["domain"], path, index + 1)
+        users = [m.get("text", "") for m in conv["messages"] if isinstance(m, dict) and m.get("speaker") == "user"]
+        prefixes = {k: "\n".join(f"|user|: {u}" for u in users[:k]) for k in range(1, len(users) + 1)}
+        candidates = set().union(*(by_text.get((d, k, t), set()) for k, t in prefixes.items()))
+        # a candidate must match on every turn it has (conversations may share their first questions)
+        found = {c for c in candidates if all(prefixes.get(k) == t for k, t in turns_of[c].items())}
+        if len(found) > 1:
+            raise DataError(f"conversation matches several task ids {sorted(found)}", path, index + 1)
+        if found:
+            cid = found.pop()
+            if cid in matched:
+                raise DataError(f"two conversations match conversation id {cid!r}", path, index + 1)
+            matched.add(cid)
+        else:
+            numbers[d] += 1
+            cid = f"mtrag-{d}-{numbers[d]:03d}"
+            data.add("conversation ids synthesised (no questions file matches)", cid)
+        ids.append(cid)
+    for (d, v), rows in queries.items():
+        for qid, _text, line in rows:
+            if split_task_id(qid)[0] not in matched:
+                raise DataError(f"query {qid!r} names no conversation of conversations.json", f"{d}_{v}.jsonl", line)
+    return ids
+
+
+def _conversation_row(conv: dict, cid: str, path: str, index: int, data: MtragData) -> dict[str, Any]:
+    d = normalize_domain(conv["domain"], path, index + 1)
+    turns = []
+    turn = 0
+    for m in conv["messages"]:
+        if not isinstance(m, dict) or m.get("speaker") not in ("user", "agent"):
+            raise DataError(f"message without speaker 'user'/'agent' in conversation {cid}", path, index + 1)
+        if not isinstance(m.get("text"), str):
+            raise DataError(f"message without string 'text' in conversation {cid}", path, index + 1)
+        if m["speaker"] == "user":
+            turn += 1
+        elif turn == 0:
+            raise DataError(f"conversation {cid} starts with an agent message", path, index + 1)
+        enr = m.get("enrichments") or {}
+        contexts = []
+        for c in m.get("contexts") or []:
+            if not isinstance(c, dict) or not isinstance(c.get("document_id"), str):
+                raise DataError(f"cited passage without 'document_id' in conversation {cid}", path, index + 1)
+            votes = (c.get("feedback") or {}).get("relevant") or {}
+            contexts.append({
+                "document_id": c["document_id"], "title": str(c.get("title") or ""), "text": str(c.get("text") or ""),
+                "url": str(c.get("url") or ""), "score": float(c["score"]) if c.get("score") is not None else None,
+                "relevant": final_relevance(c),
+                "feedback": [{"annotator": a, "value": str(v.get("value", "")), "timestamp": v.get("timestamp")}
+                             for a, v in votes.items()],
+                "query": json.dumps(c["query"], sort_keys=True) if c.get("query") is not None else "",
+            })  # fmt: skip
+            _cite(data, d, contexts[-1], cid)
+        turns.append({
+            "turn": turn, "speaker": m["speaker"], "text": m["text"], "timestamp": m.get("timestamp"),
+            "original_text": m.get("original_text"),
+            "answerability": first(enr.get("Answerability")), "multi_turn": first(enr.get("Multi-Turn")),
+            "question_type": enrichment(enr.get("Question Type")), "standalone": first(enr.get("Standalone Type")),
+            "enrichments": [{"name": k, "values": enrichment(v)} for k, v in enr.items()],
+            "alternatives": [{"text": str(a.get("text", "")),
+                              "enrichments": [{"name": k, "values": enrichment(v)}
+                                              for k, v in (a.get("enrichments") or {}).items()]}
+                             for a in m.get("alternatives") or []],
+            "contexts": contexts,
+        })  # fmt: skip
+    return {
+        "conversation_id": cid, "domain": d, "turns": turns, "collection": COLLECTIONS[d], "n_turns": turn,
+        "author": str(conv.get("author") or ""), "editor": str(conv.get("editor") or ""),
+        "reviewer": str(conv.get("reviewer") or ""), "status": str(conv.get("status") or ""),
+        "generator": str((conv.get("generator") or {}).get("id") or ""),
+    }  # fmt: skip
+
+
+def _cite(data: MtragData, domain: str, ctx: dict[str, Any], cid: str) -> None:
+    known = data.cited.setdefault(domain, {})
+    doc = known.get(ctx["document_id"])
+    if doc is None:
+        known[ctx["document_id"]] = {"_id": ctx["document_id"], "title": ctx["title"], "text": ctx["text"],
+                                     "url": ctx["url"], "domain": domain}  # fmt: skip
+    elif doc["text"] != ctx["text"]:
+        data.add("cited passages with differing texts (first kept)", f"{cid}: {ctx['document_id']}")
+
+
+def _tasks(data: MtragData, rel_by_task: dict[str, list[str]], domains_with_qrels: set[str]) -> None:
+    for conv in data.conversations:
+        d, turns = conv["domain"], conv["turns"]
+        for i, m in enumerate(turns):
+            if m["speaker"] != "user":
+                continue
+            task_id = f"{conv['conversation_id']}{TASK_SEPARATOR}{m['turn']}"
+            answer = turns[i + 1] if i + 1 < len(turns) and turns[i + 1]["speaker"] == "agent" else None
+            cited = {c["document_id"]: c for c in (answer["contexts"] if answer else [])}
+            relevant = rel_by_task.get(task_id, [])
+            passages = []
+            for did in relevant:
+                doc = cited.get(did) or data.cited.get(d, {}).get(did)
+                if doc is None:
+                    data.add("relevant passages not cited in the conversation (no text)", f"{task_id}: {did}")
+                passages.append({"document_id": did, "title": doc["title"] if doc else "",
+                                 "text": doc["text"] if doc else ""})  # fmt: skip
+            expected = m["answerability"] in SCORED_ANSWERABILITY
+            if d in domains_with_qrels:
+                if bool(relevant) != expected:
+                    data.add("tasks whose qrels disagree with answerability", task_id)
+                if relevant:
+                    final_yes = {k for k, c in cited.items() if c["relevant"] == "yes"}
+                    agree = final_yes == set(relevant)
+                    data.add("scored tasks whose qrels equal the passages last judged relevant" if agree
+                             else "scored tasks whose qrels differ from the passages last judged relevant",
+                             None if agree else task_id)  # fmt: skip
+            data.tasks.append({
+                "task_id": task_id, "conversation_id": conv["conversation_id"], "turn": m["turn"], "domain": d,
+                "collection": conv["collection"], "question": m["text"],
+                "input": [{"speaker": t["speaker"], "text": t["text"]} for t in turns[: i + 1]],
+                "targets": [{"speaker": "agent", "text": answer["text"]}] if answer else [],
+                "answerability": m["answerability"], "multi_turn": m["multi_turn"],
+                "question_type": m["question_type"], "standalone": m["standalone"],
+                "scored": bool(relevant), "relevant_passages": passages,
+            })  # fmt: skip
+            data.add(f"tasks: {m['answerability'] or 'unlabelled'}")
+
+
+def _views(data: MtragData, queries: dict, qrels: dict, files: dict[str, str | None]) -> None:
+    tasks = {t["task_id"]: t for t in data.tasks}
+    for (d, v), rows in queries.items():
+        out = data.queries.setdefault(d, {}).setdefault(v, [])
+        for qid, text, line in rows:
+            task = tasks.get(qid)
+            if task is None or task["domain"] != d:
+                raise DataError(f"query {qid!r} is not a task of domain {d}", files[f"{d}-{v}"], line)
+            if task["answerability"] not in SCORED_ANSWERABILITY:
+                data.add("queries of tasks labelled neither ANSWERABLE nor PARTIAL", qid)
+            out.append({"_id": qid, "text": text, **{k: task[k] for k in QUERY_EXTRA}})
+    for d, rows in qrels.items():
+        known = {q["_id"] for v in data.queries.get(d, {}).values() for q in v} or {
+            t["task_id"] for t in data.tasks if t["domain"] == d}  # fmt: skip
+        data.qrels[d] = []
+        for qid, did, score, line in rows:
+            if qid not in known:
+                raise DataError(f"qrels name unknown query {qid!r}", files[f"{d}-qrels"], line)
+            data.qrels[d].append({"query-id": qid, "corpus-id": did, "score": score})
+            if did not in data.cited.get(d, {}):
+                data.add("qrels passages not cited in any conversation", f"{qid}: {did}")

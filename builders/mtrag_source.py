@@ -1,0 +1,303 @@
+"""Shared source handling of the MTRAG and MTRAG-UN builders: names, ids, file layout and strict readers.
+
+Layout of the IBM ``mt-rag-benchmark`` repository (paths relative to its root, or to a local checkout):
+
+* ``mtrag-human/conversations/conversations.json``: the 110 MTRAG conversations;
+* ``mtrag-human/retrieval_tasks/<domain>/<domain>_<view>.jsonl``: queries (``_id``, ``text``) per view;
+* ``mtrag-human/retrieval_tasks/<domain>/qrels/dev.tsv``: MTRAG qrels (``query-id``, ``corpus-id``, ``score``);
+* ``mtragun-human/generation_tasks/reference.jsonl``: the 507 MTRAG-UN tasks of MTRAGEval;
+* ``mtragun-human/retrieval_tasks/qrels/<domain>.tsv``: MTRAG-UN qrels;
+* ``corpora/passage_level/<domain>.jsonl.zip``: the passage-level corpora (JSONL ``_id, title, text, url``).
+
+Task ids are ``<conversation id><::><turn>``; ``normalize_task_id`` also accepts the ``::`` separator used
+by the sample input files. Domain (collection) names come in a short form (``clapnq``, ``cloud`` /
+``ibmcloud``, ``fiqa``, ``govt``) and a long form (the Elasticsearch index names, e.g.
+``mt-rag-ibmcloud-elser-512-100-20240502``); ``normalize_domain`` maps all of them to the short form.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import io
+import json
+import os
+import re
+import zipfile
+from collections.abc import Iterator
+from typing import Any
+
+from convrag.builder_base import is_url
+from convrag.errors import DataError
+
+DOMAINS = ("clapnq", "cloud", "fiqa", "govt")
+VIEWS = ("lastturn", "questions", "rewrite")
+#: domain -> the long collection name used in conversations and submissions
+COLLECTIONS = {
+    "clapnq": "mt-rag-clapnq-elser-512-100-20240503",
+    "cloud": "mt-rag-ibmcloud-elser-512-100-20240502",
+    "fiqa": "mt-rag-fiqa-beir-elser-512-100-20240501",
+    "govt": "mt-rag-govt-elser-512-100-20240611",
+}
+_ALIASES = {"clapnq": "clapnq", "cloud": "cloud", "ibmcloud": "cloud", "ibm-cloud": "cloud", "fiqa": "fiqa",
+            "govt": "govt"}  # fmt: skip
+_LONG = re.compile(r"^mt-rag-([a-z-]+?)(?:-beir)?-elser-")
+REPO_URL = "https://github.com/IBM/mt-rag-benchmark/raw/main/"
+SCORED_ANSWERABILITY = ("ANSWERABLE", "PARTIAL")
+TASK_SEPARATOR = "<::>"
+
+
+def normalize_domain(name: str, source: str | None = None, line: int | None = None) -> str:
+    """Short domain name of a collection name in short or long form (``ibmcloud`` -> ``cloud``)."""
+    key = str(name).strip().lower()
+    match = _LONG.match(key)
+    if match:
+        key = match.group(1)
+    if key not in _ALIASES:
+        raise DataError(f"unknown MTRAG collection {name!r}; expected one of {sorted(COLLECTIONS.values())} "
+                        f"or {sorted(_ALIASES)}", source, line)  # fmt: skip
+    return _ALIASES[key]
+
+
+def split_task_id(task_id: str, source: str | None = None, line: int | None = None) -> tuple[str, int]:
+    """(conversation id, turn) of a task id written ``<cid><::><turn>`` or ``<cid>::<turn>``."""
+    text = str(task_id).strip()
+    sep = TASK_SEPARATOR if TASK_SEPARATOR in text else "::"
+    parts = text.split(sep)
+    if len(parts) != 2 or not parts[0] or not parts[1].strip().isdigit():
+        raise DataError(f"malformed task id {task_id!r}: expected '<conversation id><::><turn>'", source, line)
+    return parts[0], int(parts[1])
+
+
+def normalize_task_id(task_id: str, source: str | None = None, line: int | None = None) -> str:
+    """The canonical ``<cid><::><turn>`` form of a task id (``::`` separators are accepted)."""
+    cid, turn = split_task_id(task_id, source, line)
+    return f"{cid}{TASK_SEPARATOR}{turn}"
+
+
+# ---------------------------------------------------------------- file layout
+
+
+def mtrag_paths() -> dict[str, str]:
+    """Source name -> path in the upstream layout, for the MTRAG builder."""
+    paths = {"conversations": "mtrag-human/conversations/conversations.json"}
+    for d in DOMAINS:
+        for v in VIEWS:
+            paths[f"{d}-{v}"] = f"mtrag-human/retrieval_tasks/{d}/{d}_{v}.jsonl"
+        paths[f"{d}-qrels"] = f"mtrag-human/retrieval_tasks/{d}/qrels/dev.tsv"
+    paths.update(corpus_paths())
+    return paths
+
+
+def mtrag_un_paths() -> dict[str, str]:
+    """Source name -> path in the upstream layout, for the MTRAG-UN builder."""
+    paths = {"reference": "mtragun-human/generation_tasks/reference.jsonl"}
+    for d in DOMAINS:
+        paths[f"{d}-qrels"] = f"mtragun-human/retrieval_tasks/qrels/{d}.tsv"
+    paths.update(corpus_paths())
+    return paths
+
+
+def corpus_paths() -> dict[str, str]:
+    return {f"{d}-corpus": f"corpora/passage_level/{d}.jsonl.zip" for d in DOMAINS}
+
+
+def _local_candidates(root: str, rel: str) -> list[str]:
+    """Where a file may be in a local folder: the upstream path; corpora also unzipped or one level up."""
+    found = [os.path.join(root, rel)]
+    if rel.startswith("corpora/"):
+        name = os.path.basename(rel)
+        found += [os.path.join(root, rel[: -len(".zip")]), os.path.join(root, "corpora", name),
+                  os.path.join(root, "corpora", name[: -len(".zip")])]  # fmt: skip
+    return found
+
+
+def locate(source: Any, layout: dict[str, str]) -> dict[str, str | None]:
+    """Source name -> local path or URL (None where a local folder lacks the file).
+
+    ``source``: None (the upstream repository by URL), a URL prefix, a local folder in the upstream
+    layout, or a mapping name -> path/URL (names not given are looked up in ``source['root']`` if given,
+    else at the upstream URL).
+    """
+    overrides: dict[str, str] = {}
+    root: str | None = None
+    if isinstance(source, dict):
+        overrides = {k: v for k, v in source.items() if k != "root"}
+        unknown = sorted(set(overrides) - set(layout))
+        if unknown:
+            raise DataError(f"unknown source names {unknown}; expected some of {sorted(layout)} or 'root'")
+        root = source.get("root")
+    elif source is not None:
+        root = str(source)
+    if root is not None and not is_url(root):
+        root = os.path.expanduser(root)
+        if not os.path.isdir(root):
+            raise DataError("source must be a folder in the mt-rag-benchmark layout (or a URL)", root)
+    located: dict[str, str | None] = {}
+    for name, rel in layout.items():
+        if name in overrides:
+            located[name] = overrides[name]
+        elif root is None or is_url(root):
+            located[name] = (root.rstrip("/") + "/" if root else REPO_URL) + rel
+        else:
+            located[name] = next((p for p in _local_candidates(root, rel) if os.path.exists(p)), None)
+    return located
+
+
+def fetch(located: dict[str, str | None], names: list[str], dl_manager: Any) -> dict[str, str | None]:
+    """Local paths of ``names`` (URLs downloaded with ``dl_manager``; a missing local file stays None)."""
+    out: dict[str, str | None] = {}
+    for name in names:
+        path = located.get(name)
+        if path is None:
+            out[name] = None
+        elif is_url(path):
+            out[name] = dl_manager.download(path)
+        else:
+            if not os.path.exists(path):
+                raise DataError(f"source file for {name!r} does not exist", path)
+            out[name] = path
+    return out
+
+
+# ---------------------------------------------------------------- readers (cached per file version)
+
+
+def _mtime(path: str) -> float:
+    return os.path.getmtime(path)
+
+
+def read_json(path: str) -> Any:
+    """A whole JSON document; errors name the file and line."""
+    return _read_json(path, _mtime(path))
+
+
+@functools.lru_cache(maxsize=4)
+def _read_json(path: str, mtime: float) -> Any:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except json.JSONDecodeError as err:
+        raise DataError(f"invalid JSON: {err.msg} (column {err.colno})", path, err.lineno) from err
+
+
+def read_jsonl(path: str) -> tuple[tuple[int, dict], ...]:
+    """(line number, object) of every non-empty line; a bad line raises DataError naming it."""
+    return _read_jsonl(path, _mtime(path))
+
+
+@functools.lru_cache(maxsize=32)
+def _read_jsonl(path: str, mtime: float) -> tuple[tuple[int, dict], ...]:
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DataError(f"invalid JSON: {err.msg} (column {err.colno})", path, number) from err
+            if not isinstance(obj, dict):
+                raise DataError("expected a JSON object", path, number)
+            rows.append((number, obj))
+    return tuple(rows)
+
+
+def require(obj: dict, fields: tuple[str, ...], path: str, line: int, types: tuple = (str,)) -> None:
+    """Raise DataError if a field is missing or not of ``types``."""
+    for name in fields:
+        if name not in obj:
+            raise DataError(f"missing field {name!r}", path, line)
+        if not isinstance(obj[name], types):
+            raise DataError(f"field {name!r} must be {'/'.join(t.__name__ for t in types)}", path, line)
+
+
+def read_queries(path: str) -> list[tuple[str, str, int]]:
+    """(``_id``, ``text``, line) of a BEIR queries JSONL file, ids unique, in file order."""
+    seen: dict[str, int] = {}
+    out = []
+    for line, obj in read_jsonl(path):
+        require(obj, ("_id", "text"), path, line)
+        if obj["_id"] in seen:
+            raise DataError(f"duplicate query id {obj['_id']!r} (first on line {seen[obj['_id']]})", path, line)
+        seen[obj["_id"]] = line
+        out.append((obj["_id"], obj["text"], line))
+    return out
+
+
+def read_qrels(path: str) -> list[tuple[str, str, int, int]]:
+    """(query-id, corpus-id, score, line) rows of a BEIR qrels TSV with a header; pairs unique."""
+    return list(_read_qrels(path, _mtime(path)))
+
+
+@functools.lru_cache(maxsize=16)
+def _read_qrels(path: str, mtime: float) -> tuple[tuple[str, str, int, int], ...]:
+    rows = []
+    seen: dict[tuple[str, str], int] = {}
+    with open(path, encoding="utf-8", newline="") as handle:
+        reader = csv.reader(handle, delimiter="\t")
+        header = next(reader, None)
+        if header is None or [h.strip() for h in header[:3]] != ["query-id", "corpus-id", "score"]:
+            raise DataError(f"expected header 'query-id<TAB>corpus-id<TAB>score', got {header!r}", path, 1)
+        for number, row in enumerate(reader, start=2):
+            if not row or not any(c.strip() for c in row):
+                continue
+            if len(row) != 3:
+                raise DataError(f"expected 3 tab-separated columns, got {len(row)}", path, number)
+            qid, did, score = (c.strip() for c in row)
+            if not qid or not did:
+                raise DataError("empty query-id or corpus-id", path, number)
+            try:
+                value = int(score)
+            except ValueError:
+                raise DataError(f"score must be an integer, got {score!r}", path, number) from None
+            if (qid, did) in seen:
+                raise DataError(f"duplicate qrels pair ({qid}, {did}) (first on line {seen[qid, did]})", path, number)
+            seen[qid, did] = number
+            rows.append((qid, did, value, number))
+    return tuple(rows)
+
+
+def iter_corpus(path: str) -> Iterator[dict[str, str]]:
+    """Passages of a corpus file (``.jsonl`` or a ``.zip`` holding one ``.jsonl``): ``_id, title, text, url``."""
+    if path.endswith(".zip") or zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            members = [n for n in archive.namelist() if n.endswith(".jsonl") and not n.startswith("__MACOSX")]
+            if len(members) != 1:
+                raise DataError(f"expected exactly one .jsonl file in the archive, found {members}", path)
+            with archive.open(members[0]) as raw:
+                yield from _corpus_lines(io.TextIOWrapper(raw, encoding="utf-8"), f"{path}!{members[0]}")
+    else:
+        with open(path, encoding="utf-8") as handle:
+            yield from _corpus_lines(handle, path)
+
+
+def _corpus_lines(handle: Any, where: str) -> Iterator[dict[str, str]]:
+    seen: set[str] = set()
+    for number, line in enumerate(handle, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataError(f"invalid JSON: {err.msg} (column {err.colno})", where, number) from err
+        doc_id = obj.get("_id", obj.get("id")) if isinstance(obj, dict) else None
+        if not isinstance(doc_id, str) or not doc_id:
+            raise DataError("passage without a string '_id'", where, number)
+        if not isinstance(obj.get("text"), str):
+            raise DataError(f"passage {doc_id!r} has no string 'text'", where, number)
+        if doc_id in seen:
+            raise DataError(f"duplicate passage id {doc_id!r}", where, number)
+        seen.add(doc_id)
+        yield {"_id": doc_id, "title": str(obj.get("title") or ""), "text": obj["text"],
+               "url": str(obj.get("url") or "")}  # fmt: skip
+
+
+def user_prefix_texts(user_texts: list[str]) -> tuple[str, str]:
+    """(lastturn, questions) query texts of a task in the format of the released files.
+
+    ``lastturn`` is ``|user|: <current question>``; ``questions`` is every user question so far, one
+    ``|user|: <question>`` line each, joined with newlines.
+    """
+    lines = [f"|user|: {t}" for t in user_texts]
+    return lines[-1], "\n".join(lines)
