@@ -169,7 +169,7 @@ def _parse(key: tuple) -> MtragData:
     ids = _conversation_ids(raw, conv_path, queries, data)
     qrels = {d: read_qrels(files[f"{d}-qrels"]) for d in DOMAINS if files.get(f"{d}-qrels")}
     rel_by_task: dict[str, list[str]] = {}
-    for d, rows in qrels.items():
+    for rows in qrels.values():
         for qid, did, score, _line in rows:
             if score > 0:
                 rel_by_task.setdefault(qid, []).append(did)

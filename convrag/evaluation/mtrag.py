@@ -1,0 +1,434 @@
+"""MTRAGEval Subtask A (retrieval) scoring, the official submission format and its checks.
+
+Scoring follows the official script ``scripts/evaluation/run_retrieval_eval.py`` of the IBM
+mt-rag-benchmark repository:
+
+* per collection (domain), per-query nDCG@k (``ndcg_cut``) and Recall@k (``recall``) as trec_eval /
+  pytrec_eval compute them: linear gain, ranking by score descending then document id descending; recall
+  over all relevant passages. Only tasks with qrels are scored (ANSWERABLE and PARTIAL ones): tasks of the
+  run without qrels add nothing, and the mean is over the run's tasks that have qrels;
+* the collection's score is that mean **rounded to 5 decimals**; its ``count`` is the number of run lines
+  (tasks submitted) for the collection, *including* tasks without qrels;
+* the "all" row is ``sum(score_c * count_c) / sum(count_c)``: a mean weighted by submitted tasks.
+
+Our own rows, labelled as such: per domain, the unrounded mean over every judged task of the domain (a
+judged task missing from the run scores 0), the ``macro`` mean of the domain means, and the ``micro``
+mean over all judged tasks (with bootstrap CIs). Breakdowns by answerability, multi-turn type and
+standalone label use the task labels where present (``(unlabelled)`` otherwise).
+
+Submission format (one JSON object per line): ``task_id`` (string), ``Collection`` (string),
+``contexts`` (list of at most 10 objects with a string ``document_id`` and a numeric ``score``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from convrag.builders.mtrag_source import COLLECTIONS, DOMAINS, normalize_domain, normalize_task_id
+from convrag.errors import DataError
+
+K_VALUES = (1, 3, 5, 10)
+MAX_CONTEXTS = 10
+OFFICIAL_DIGITS = 5
+GROUP_FIELDS = ("answerability", "multi_turn", "standalone")
+UNLABELLED = "(unlabelled)"
+Run = dict[str, dict[str, float]]
+Qrels = dict[str, dict[str, int]]
+
+
+def measures(k_values: Iterable[int] = K_VALUES) -> list[str]:
+    """Measure names in table order: ``nDCG@k`` then ``Recall@k``."""
+    ks = list(k_values)
+    return [f"nDCG@{k}" for k in ks] + [f"Recall@{k}" for k in ks]
+
+
+def ranked(scores: Mapping[str, float]) -> list[str]:
+    """Document ids by score descending, ties by document id descending (trec_eval's order)."""
+    by_id = sorted(scores, reverse=True)
+    return sorted(by_id, key=lambda d: -float(scores[d]))  # stable: ties keep the id-descending order
+
+
+def query_scores(ranking: Mapping[str, float], relevance: Mapping[str, int], k_values: Iterable[int]) -> dict:
+    """nDCG@k and Recall@k of one query (trec_eval ``ndcg_cut`` / ``recall``; gains are the labels > 0)."""
+    order = ranked(ranking)
+    gains = sorted((g for g in relevance.values() if g > 0), reverse=True)
+    out: dict[str, float] = {}
+    for k in k_values:
+        top = order[:k]
+        dcg = sum(max(relevance.get(d, 0), 0) / math.log2(i + 2) for i, d in enumerate(top))
+        ideal = sum(g / math.log2(i + 2) for i, g in enumerate(gains[:k]))
+        out[f"nDCG@{k}"] = dcg / ideal if ideal > 0 else 0.0
+        out[f"Recall@{k}"] = sum(relevance.get(d, 0) > 0 for d in top) / len(gains) if gains else 0.0
+    return {m: out[m] for m in measures(k_values)}
+
+
+def judged(qrels: Qrels) -> set[str]:
+    """Queries with at least one relevant (score > 0) passage: the scored set."""
+    return {q for q, rels in qrels.items() if any(s > 0 for s in rels.values())}
+
+
+@dataclass
+class SubtaskAResult:
+    """Scores of one run: per-query values, per-domain rows, the official "all" row and our aggregates."""
+
+    k_values: tuple[int, ...]
+    per_query: dict[str, dict[str, float]]
+    domains: dict[str, dict[str, Any]]
+    official_all: dict[str, float]
+    macro: dict[str, float]
+    micro: dict[str, float]
+    groups: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    unscored_tasks: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "k_values": list(self.k_values), "measures": measures(self.k_values), "domains": self.domains,
+            "official_all": self.official_all, "macro": self.macro, "micro": self.micro, "groups": self.groups,
+            "unscored_tasks": self.unscored_tasks, "notes": self.notes, "per_query": self.per_query,
+        }  # fmt: skip
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def score_subtask_a(
+    runs: Mapping[str, Run],
+    qrels: Mapping[str, Qrels],
+    labels: Mapping[str, Mapping[str, str]] | None = None,
+    k_values: Iterable[int] = K_VALUES,
+) -> SubtaskAResult:
+    """Score ``runs`` ({domain: run}) against ``qrels`` ({domain: qrels}) as the official script does.
+
+    ``labels``: task id -> {"answerability": ..., "multi_turn": ..., "standalone": ...} for breakdowns.
+    """
+    ks = tuple(k_values)
+    names = measures(ks)
+    per_query: dict[str, dict[str, float]] = {}
+    domains: dict[str, dict[str, Any]] = {}
+    notes: list[str] = []
+    unscored = 0
+    for d in sorted(set(runs) | set(qrels), key=lambda x: (x not in DOMAINS, x)):
+        run, rels = runs.get(d, {}), qrels.get(d, {})
+        scored = judged(rels)
+        for qid in scored:
+            per_query[qid] = query_scores(run.get(qid, {}), rels[qid], ks)
+        evaluated = [q for q in run if q in scored]  # what pytrec_eval returns: run tasks with qrels
+        unscored += sum(1 for q in run if q not in scored)
+        row: dict[str, Any] = {"count": len(run), "n_evaluated": len(evaluated), "n_judged": len(scored),
+                               "n_missing": len(scored) - len(evaluated)}  # fmt: skip
+        row["official"] = {m: round(_mean([per_query[q][m] for q in evaluated]), OFFICIAL_DIGITS) for m in names}
+        row["ours"] = {m: _mean([per_query[q][m] for q in scored]) for m in names}
+        if not evaluated and run:
+            notes.append(f"{d}: no run task has qrels; the official script would fail on this collection")
+        domains[d] = row
+    weighted = [r for r in domains.values() if r["count"] and r["n_evaluated"]]
+    total = sum(r["count"] for r in weighted)
+    official_all = {m: sum(r["official"][m] * r["count"] for r in weighted) / total if total else float("nan")
+                    for m in names}  # fmt: skip
+    with_judged = [r for r in domains.values() if r["n_judged"]]
+    macro = {m: _mean([r["ours"][m] for r in with_judged]) for m in names}
+    micro = {m: _mean([s[m] for s in per_query.values()]) for m in names}
+    groups: dict[str, dict[str, dict[str, Any]]] = {}
+    if labels is not None:
+        for name in GROUP_FIELDS:
+            by_value: dict[str, list[str]] = {}
+            for qid in per_query:
+                value = str((labels.get(qid) or {}).get(name) or "") or UNLABELLED
+                by_value.setdefault(value, []).append(qid)
+            groups[name] = {v: {"n": len(q), **{m: _mean([per_query[x][m] for x in q]) for m in names}}
+                            for v, q in sorted(by_value.items())}  # fmt: skip
+    return SubtaskAResult(ks, per_query, domains, official_all, macro, micro, groups, unscored, notes)
+
+
+# ---------------------------------------------------------------- submission files
+
+
+@dataclass
+class FormatReport:
+    """Result of the format checks: errors (the file cannot be scored as is) and warnings."""
+
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+@dataclass
+class Submission:
+    """A parsed Subtask A submission: runs per domain, with canonical task ids."""
+
+    runs: dict[str, Run]
+    task_ids: list[str]
+    report: FormatReport
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_submission(
+    path: str | Path, expected_task_ids: Iterable[str] | None = None, max_contexts: int = MAX_CONTEXTS
+) -> tuple[FormatReport, Submission]:
+    """Apply the official format checks to a submission file; returns the report and what could be read.
+
+    Official checks: valid JSON per line; ``task_id`` and ``Collection`` strings; ``contexts`` a list of at
+    most ``max_contexts`` objects, each with a string ``document_id`` and a numeric ``score``; the task set
+    (and count) equal to the input's. Ours, on top: known collection names, no task submitted twice, no
+    document twice in one task (the scorer would silently keep one), booleans are not scores. Empty
+    ``contexts`` is a warning, as in the official checker.
+    """
+    path = str(path)
+    report = FormatReport()
+    runs: dict[str, Run] = {}
+    ids: list[str] = []
+    first_line: dict[str, int] = {}
+    empty: list[int] = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as err:
+                report.errors.append(f"{where}: invalid JSON: {err.msg}")
+                continue
+            if not isinstance(item, dict):
+                report.errors.append(f"{where}: expected a JSON object")
+                continue
+            bad = [f for f in ("task_id", "Collection", "contexts") if f not in item]
+            report.errors += [f"{where}: missing required field '{f}'" for f in bad]
+            for name, kind in (("task_id", str), ("Collection", str), ("contexts", list)):
+                if name in item and not isinstance(item[name], kind):
+                    report.errors.append(f"{where}: '{name}' must be a {'string' if kind is str else 'list'}")
+            if bad or not isinstance(item["task_id"], str) or not isinstance(item["Collection"], str):
+                continue
+            try:
+                tid = normalize_task_id(item["task_id"])
+                domain = normalize_domain(item["Collection"])
+            except DataError as err:
+                report.errors.append(f"{where}: {err}")
+                continue
+            if tid in first_line:
+                report.errors.append(f"{where}: task {tid!r} already submitted on line {first_line[tid]}")
+                continue
+            first_line[tid] = number
+            ids.append(tid)
+            contexts = item["contexts"] if isinstance(item["contexts"], list) else []
+            if not contexts:
+                empty.append(number)
+            if len(contexts) > max_contexts:
+                report.errors.append(f"{where}: too many contexts ({len(contexts)}); at most {max_contexts}")
+            ranking: dict[str, float] = {}
+            for i, ctx in enumerate(contexts):
+                if not isinstance(ctx, dict):
+                    report.errors.append(f"{where}: contexts[{i}] must be an object")
+                    continue
+                doc, score = ctx.get("document_id"), ctx.get("score")
+                if not isinstance(doc, str):
+                    report.errors.append(f"{where}: contexts[{i}] " + ("missing 'document_id'" if doc is None
+                                         else "document_id must be a string"))  # fmt: skip
+                if not _is_number(score):
+                    report.errors.append(f"{where}: contexts[{i}] " + ("missing 'score'" if score is None
+                                         else f"score must be a finite number, got {score!r}"))  # fmt: skip
+                if isinstance(doc, str) and _is_number(score):
+                    if doc in ranking:
+                        report.errors.append(f"{where}: contexts[{i}] repeats document {doc!r}")
+                    ranking[doc] = float(score)
+            runs.setdefault(domain, {})[tid] = ranking
+    if empty:
+        report.warnings.append(f"'contexts' is empty on {len(empty)} line(s): {empty[:20]}")
+    if expected_task_ids is not None:
+        expected = [normalize_task_id(t) for t in expected_task_ids]
+        if len(expected) != len(ids):
+            report.errors.append(f"{path}: {len(ids)} tasks submitted, the input has {len(expected)}")
+        missing, extra = sorted(set(expected) - set(ids)), sorted(set(ids) - set(expected))
+        report.errors += [f"{path}: missing task_id {t!r}" for t in missing]
+        report.errors += [f"{path}: task_id {t!r} is not in the input" for t in extra]
+    return report, Submission(runs=runs, task_ids=ids, report=report)
+
+
+def read_submission(
+    path: str | Path, expected_task_ids: Iterable[str] | None = None, max_contexts: int = MAX_CONTEXTS
+) -> Submission:
+    """Read a submission, raising DataError (listing up to 20 problems) if any format check fails."""
+    report, submission = check_submission(path, expected_task_ids, max_contexts)
+    if report.errors:
+        shown = "\n  ".join(report.errors[:20])
+        more = f"\n  ... and {len(report.errors) - 20} more" if len(report.errors) > 20 else ""
+        raise DataError(f"{len(report.errors)} format error(s) in the submission:\n  {shown}{more}", str(path))
+    return submission
+
+
+def read_input_task_ids(path: str | Path) -> list[str]:
+    """Task ids of an official task input file (JSONL with ``task_id``), canonical form, in file order."""
+    ids = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DataError(f"invalid JSON: {err.msg}", str(path), number) from err
+            if not isinstance(item, dict) or not isinstance(item.get("task_id"), str):
+                raise DataError("line has no string 'task_id'", str(path), number)
+            ids.append(normalize_task_id(item["task_id"], str(path), number))
+    return ids
+
+
+def write_submission(runs: Mapping[str, Run], path: str | Path, top_k: int = MAX_CONTEXTS) -> None:
+    """Write runs ({domain: run}) in the submission format (best ``top_k`` contexts per task)."""
+    with open(path, "w", encoding="utf-8") as handle:
+        for d, run in runs.items():
+            for tid, ranking in run.items():
+                top = ranked(ranking)[:top_k]
+                item = {"task_id": tid, "Collection": COLLECTIONS[d],
+                        "contexts": [{"document_id": doc, "score": float(ranking[doc])} for doc in top]}  # fmt: skip
+                handle.write(json.dumps(item) + "\n")
+
+
+# ---------------------------------------------------------------- baselines over a built folder
+
+
+def _split(dd: Any) -> Any:
+    return dd["test"] if "test" in dd else dd[next(iter(dd))]
+
+
+def load_folder(folder: str | Path, corpus: str = "auto") -> dict[str, Any]:
+    """Read the per-domain views of a folder built by ``convrag build mtrag`` / ``mtrag-un``.
+
+    ``corpus``: ``full`` (``<domain>-corpus``), ``cited`` (``<domain>-cited-corpus``) or ``auto`` (full when
+    built, else cited). Returns {"views", "domains", "corpus_kind", "corpus", "queries", "qrels", "labels"}.
+    """
+    import datasets
+
+    folder = str(folder)
+    names = set(datasets.get_dataset_config_names(folder))
+    domains = [d for d in DOMAINS if f"{d}-qrels" in names]
+    if not domains:
+        raise DataError("no <domain>-qrels configs: not an MTRAG / MTRAG-UN folder", folder)
+    views = [v for v in ("lastturn", "questions", "rewrite") if all(f"{d}-{v}" in names for d in domains)]
+    out: dict[str, Any] = {"views": views, "domains": domains, "corpus_kind": {}, "corpus": {}, "queries": {},
+                           "qrels": {}, "labels": {}}  # fmt: skip
+    for d in domains:
+        kind = corpus if corpus != "auto" else ("full" if f"{d}-corpus" in names else "cited")
+        config = f"{d}-corpus" if kind == "full" else f"{d}-cited-corpus"
+        if config not in names:
+            raise DataError(f"config {config} was not built", folder)
+        out["corpus_kind"][d] = kind
+        out["corpus"][d] = _split(datasets.load_dataset(folder, config)).to_list()
+        qrels: Qrels = {}
+        for row in _split(datasets.load_dataset(folder, f"{d}-qrels")).to_list():
+            qrels.setdefault(row["query-id"], {})[row["corpus-id"]] = int(row["score"])
+        out["qrels"][d] = qrels
+        for v in views:
+            rows = _split(datasets.load_dataset(folder, f"{d}-{v}")).to_list()
+            out["queries"].setdefault(v, {})[d] = {r["_id"]: r["text"] for r in rows}
+            for r in rows:
+                out["labels"][r["_id"]] = {f: r.get(f, "") for f in GROUP_FIELDS}
+    return out
+
+
+def evaluate_folder(
+    folder: str | Path,
+    retrievers: Iterable[str] = ("bm25", "dense", "hybrid"),
+    views: Iterable[str] | None = None,
+    corpus: str = "auto",
+    k_values: Iterable[int] = K_VALUES,
+    top_k: int = MAX_CONTEXTS,
+    n_bootstrap: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    retriever_options: Mapping[str, Mapping[str, Any]] | None = None,
+    submissions: Mapping[str, str | Path] | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Run each retriever over each query view, per domain (top ``top_k``), and score as Subtask A.
+
+    ``submissions``: name -> submission file, scored too (checked against the folder's task set).
+    Returns a JSON-ready dict: one entry per (system, view) with the ``SubtaskAResult`` and bootstrap CIs of
+    the micro mean and of each domain mean.
+    """
+    from convrag.evaluation.stats import bootstrap_ci
+    from convrag.retrievers import get_retriever
+
+    data = load_folder(folder, corpus)
+    chosen = list(views) if views is not None else data["views"]
+    unknown = sorted(set(chosen) - set(data["views"]))
+    if unknown:
+        raise DataError(f"query views {unknown} not in the folder (has {data['views']})", str(folder))
+    ks = tuple(k_values)
+    entries: list[dict[str, Any]] = []
+
+    def add(system: str, view: str, runs: dict[str, Run]) -> None:
+        result = score_subtask_a(runs, data["qrels"], data["labels"], ks)
+        ci = {m: bootstrap_ci([s[m] for s in result.per_query.values()], confidence, n_bootstrap, seed).to_dict()
+              for m in measures(ks)}  # fmt: skip
+        domain_ci = {d: {m: bootstrap_ci([result.per_query[q][m] for q in judged(data["qrels"][d])], confidence,
+                                         n_bootstrap, seed).to_dict() for m in measures(ks)}
+                     for d in data["domains"]}  # fmt: skip
+        entries.append({"system": system, "view": view, **result.to_dict(), "micro_ci": ci, "domain_ci": domain_ci})
+
+    for spec in retrievers:
+        per_view: dict[str, dict[str, Run]] = {v: {} for v in chosen}
+        for d in data["domains"]:
+            retriever = get_retriever(spec, **dict((retriever_options or {}).get(spec, {})))
+            retriever.index(data["corpus"][d], show_progress=progress)
+            for v in chosen:
+                per_view[v][d] = retriever.search(data["queries"][v][d], top_k=top_k, show_progress=progress)
+        for v in chosen:
+            add(spec, v, per_view[v])
+    expected = [q for v in chosen[:1] for d in data["domains"] for q in data["queries"][v][d]]
+    for name, path in (submissions or {}).items():
+        add(name, "submission", read_submission(path, expected or None).runs)
+    return {"folder": str(folder), "domains": data["domains"], "corpus_kind": data["corpus_kind"],
+            "views": chosen, "k_values": list(ks), "measures": measures(ks), "confidence": confidence,
+            "n_bootstrap": n_bootstrap, "seed": seed, "top_k": top_k, "results": entries}  # fmt: skip
+
+
+def _fmt(value: float, digits: int) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def render_tables(results: Mapping[str, Any], digits: int = 3) -> str:
+    """Markdown report: a Table-1-shaped summary (system x view; official weighted "all" row, and our
+    micro mean with its CI), then per system and view the per-domain, macro and breakdown rows."""
+    names = results["measures"]
+    head = "| system | view | row | " + " | ".join(names) + " |\n|---|---|---|" + "---|" * len(names)
+    lines = ["## Subtask A retrieval (only tasks with qrels are scored)", "",
+             f"Corpus per domain: {results['corpus_kind']}. Official \"all\" = per-domain means rounded to 5 "
+             "decimals, weighted by tasks submitted per domain (run lines); macro = mean of domain means (ours); "
+             f"micro = mean over all judged tasks with {int(results['confidence'] * 100)}% bootstrap CI (ours).",
+             "", head]  # fmt: skip
+    for e in results["results"]:
+        official = [_fmt(e["official_all"][m], digits) for m in names]
+        micro = [f"{_fmt(e['micro_ci'][m]['mean'], digits)} [{_fmt(e['micro_ci'][m]['low'], digits)}, "
+                 f"{_fmt(e['micro_ci'][m]['high'], digits)}]" for m in names]  # fmt: skip
+        lines.append(f"| {e['system']} | {e['view']} | all (official, weighted) | " + " | ".join(official) + " |")
+        lines.append(f"| {e['system']} | {e['view']} | micro [CI] (ours) | " + " | ".join(micro) + " |")
+    for e in results["results"]:
+        lines += ["", f"### {e['system']} / {e['view']}", "",
+                  "| row | n | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]  # fmt: skip
+        for d, row in e["domains"].items():
+            lines.append(f"| {d} (official) | {row['count']} | "
+                         + " | ".join(_fmt(row["official"][m], digits) for m in names) + " |")  # fmt: skip
+        lines.append("| all (official, weighted) | " + str(sum(r["count"] for r in e["domains"].values())) + " | "
+                     + " | ".join(_fmt(e["official_all"][m], digits) for m in names) + " |")  # fmt: skip
+        lines.append("| macro (ours) | " + str(len(e["domains"])) + " | "
+                     + " | ".join(_fmt(e["macro"][m], digits) for m in names) + " |")  # fmt: skip
+        for group, values in e["groups"].items():
+            for value, stats in values.items():
+                lines.append(f"| {group}={value} | {stats['n']} | "
+                             + " | ".join(_fmt(stats[m], digits) for m in names) + " |")  # fmt: skip
+        lines += [f"\nNote: {n}" for n in e["notes"]]
+    return "\n".join(lines) + "\n"
