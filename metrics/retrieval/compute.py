@@ -1,0 +1,416 @@
+"""Retrieval measures with trec_eval conventions, computed with numpy.
+
+A *run* maps each query id to either ``{doc_id: score}`` (ranked by score descending, ties broken by doc id
+descending as plain string comparison, like trec_eval) or a list of doc ids (ranked in the order given).
+*Qrels* map each query id to ``{doc_id: integer grade}`` or to a list of relevant doc ids (grade 1).
+A document is relevant when its grade is >= 1; grades <= 0 count as not relevant and add no gain.
+
+Measure names (``k`` is a positive integer cut-off, ranks start at 1):
+
+- ``nDCG@k``: sum of grade / log2(rank + 1) over the top k, divided by the same sum for the ideal ordering
+  of all judged documents (trec_eval ``ndcg_cut``); ``nDCG`` has no cut-off (trec_eval ``ndcg``).
+- ``Recall@k``: relevant documents in the top k / all relevant documents (trec_eval ``recall_k``).
+- ``R_cap@k``: relevant documents in the top k / min(k, all relevant documents) (BEIR's capped recall).
+- ``Success@k``: 1 if any relevant document is in the top k, else 0.
+- ``MRR@k``: 1 / rank of the first relevant document, 0 if it is not in the top k; ``MRR`` has no cut-off
+  (trec_eval ``recip_rank``).
+- ``MAP@k``: sum of precision at the rank of each relevant document in the top k / all relevant documents
+  (trec_eval ``map_cut``); ``MAP`` has no cut-off (trec_eval ``map``).
+- ``P@k``: relevant documents in the top k / k (trec_eval ``P_k``).
+
+Queries judged in the qrels but missing from the run (or with an empty ranking) score 0 and count in every
+mean. Queries whose judgments hold no relevant document are left out of the means and listed in
+``RetrievalResult.excluded``; run queries without judgments are listed in ``RetrievalResult.unjudged``.
+Nothing is rounded.
+
+>>> run = {"q1": {"d1": 0.9, "d2": 0.8, "d3": 0.1}, "q2": ["d7", "d5"]}
+>>> qrels = {"q1": {"d2": 2, "d3": 1, "d9": 0}, "q2": ["d5"], "q3": {"d4": 1}}
+>>> result = score_run(run, qrels, measures=["Recall@1", "MRR", "P@2"])
+>>> result.scores
+{'Recall@1': 0.0, 'MRR': 0.3333333333333333, 'P@2': 0.3333333333333333}
+>>> result.per_query["q2"]
+{'Recall@1': 0.0, 'MRR': 0.5, 'P@2': 0.5}
+>>> result.missing
+['q3']
+"""
+
+from __future__ import annotations
+
+import numbers
+import re
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+MEASURE_FAMILIES: tuple[str, ...] = ("nDCG", "Recall", "R_cap", "Success", "MRR", "MAP", "P")
+"""Measure families; each takes a cut-off ``@k``."""
+UNCUT_FAMILIES: tuple[str, ...] = ("nDCG", "MRR", "MAP")
+"""Families that may also be named without a cut-off (whole ranking)."""
+DEFAULT_K_VALUES: tuple[int, ...] = (1, 3, 5, 10)
+MACRO = "macro"
+"""Key of the macro-average over groups in ``RetrievalResult.to_dict()``."""
+
+Ranking = Mapping[str, float] | Sequence[str]
+Judgments = Mapping[str, int] | Sequence[str]
+_NAME = re.compile(r"^(?P<family>[A-Za-z_]+)(?:@(?P<k>[0-9]+))?$")
+_PAIR_CHUNK = 4_000_000  # comparisons per block when ranking relevant documents
+
+
+class RetrievalInputError(ValueError):
+    """Base class of the errors raised for bad metric input."""
+
+
+class RunError(RetrievalInputError):
+    """The run is malformed (wrong types, non-numeric or NaN scores, duplicate doc ids)."""
+
+
+class QrelsError(RetrievalInputError):
+    """The relevance judgments are malformed."""
+
+
+class GroupsError(RetrievalInputError):
+    """The query groups are malformed or miss a scored query."""
+
+
+class MeasureError(RetrievalInputError):
+    """An unknown measure name or a bad cut-off."""
+
+
+def parse_measure(name: str) -> tuple[str, int | None]:
+    """Split ``"nDCG@10"`` into ``("nDCG", 10)`` and ``"MRR"`` into ``("MRR", None)``.
+
+    >>> parse_measure("R_cap@5")
+    ('R_cap', 5)
+    """
+    match = _NAME.match(name) if isinstance(name, str) else None
+    if match is None or match["family"] not in MEASURE_FAMILIES:
+        raise MeasureError(f"unknown measure {name!r}; use one of {', '.join(MEASURE_FAMILIES)} with '@k'")
+    k = None if match["k"] is None else int(match["k"])
+    if k is None and match["family"] not in UNCUT_FAMILIES:
+        raise MeasureError(f"measure {name!r} needs a cut-off, e.g. '{name}@10'")
+    if k is not None and k < 1:
+        raise MeasureError(f"measure {name!r}: the cut-off must be a positive integer")
+    return match["family"], k
+
+
+def measure_names(k_values: Sequence[int] = DEFAULT_K_VALUES, families: Sequence[str] = MEASURE_FAMILIES,
+                  uncut: Sequence[str] = ("MRR",)) -> list[str]:
+    """Names of ``families`` at every cut-off (family-major), then the ``uncut`` names.
+
+    >>> measure_names([1, 5], families=["nDCG", "P"])
+    ['nDCG@1', 'nDCG@5', 'P@1', 'P@5', 'MRR']
+    """
+    ks = _check_k_values(k_values)
+    names = [f"{family}@{k}" for family in families for k in ks] + list(uncut)
+    for name in names:
+        parse_measure(name)
+    return names
+
+
+def _check_k_values(k_values: Sequence[int]) -> list[int]:
+    if isinstance(k_values, (str, bytes, numbers.Number)) or not len(k_values):
+        raise MeasureError(f"k_values must be a non-empty sequence of positive integers, got {k_values!r}")
+    for k in k_values:
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
+            raise MeasureError(f"k_values must hold positive integers, got {k!r}")
+    return sorted({int(k) for k in k_values})
+
+
+@dataclass
+class RetrievalResult:
+    """Scores of one run.
+
+    ``scores``: mean of each measure over ``query_ids`` (the judged queries with a relevant document);
+    ``values``: per-query matrix, rows in ``query_ids`` order, columns in ``measures`` order;
+    ``excluded``: judged queries without relevant documents (not scored); ``unjudged``: run queries absent
+    from the qrels (not scored); ``missing``: scored queries absent from the run or with an empty ranking
+    (scored 0); ``groups`` / ``group_sizes``: per-group means and sizes; ``macro``: mean of the group means.
+    """
+
+    measures: list[str]
+    scores: dict[str, float]
+    query_ids: list[str]
+    values: np.ndarray
+    excluded: list[str] = field(default_factory=list)
+    unjudged: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    groups: dict[str, dict[str, float]] | None = None
+    group_sizes: dict[str, int] | None = None
+    macro: dict[str, float] | None = None
+    include_per_query: bool = False
+
+    @cached_property
+    def per_query(self) -> dict[str, dict[str, float]]:
+        """``{query_id: {measure: value}}`` for every scored query."""
+        rows = zip(self.query_ids, self.values.tolist(), strict=True)
+        return {qid: dict(zip(self.measures, row, strict=True)) for qid, row in rows}
+
+    @property
+    def num_queries(self) -> int:
+        return len(self.query_ids)
+
+    def __getitem__(self, measure: str) -> float:
+        return self.scores[measure]
+
+    def to_dict(self, per_query: bool | None = None) -> dict[str, Any]:
+        """JSON-ready dict; includes ``per_query`` if asked (default: the ``per_query`` given to score_run)."""
+        out: dict[str, Any] = {
+            "scores": dict(self.scores), "num_queries": self.num_queries, "excluded": list(self.excluded),
+            "unjudged": list(self.unjudged), "missing": list(self.missing),
+        }  # fmt: skip
+        if self.groups is not None:
+            out.update(groups=self.groups, group_sizes=self.group_sizes, **{MACRO: self.macro})
+        if self.include_per_query if per_query is None else per_query:
+            out["per_query"] = self.per_query
+        return out
+
+
+def score_run(run: Mapping[str, Ranking], qrels: Mapping[str, Judgments],
+              k_values: Sequence[int] = DEFAULT_K_VALUES, measures: Sequence[str] | None = None,
+              per_query: bool = False, groups: Mapping[str, Hashable] | None = None) -> RetrievalResult:
+    """Score ``run`` against ``qrels`` (see the module docstring for the definitions).
+
+    ``measures``: exact names such as ``"nDCG@10"`` or ``"MRR"``; when None, every family at every
+    ``k_values`` cut-off plus ``"MRR"`` (``k_values`` is only used then). ``groups`` maps every scored
+    query id to a label; group means and their macro-average are then added (labels become strings).
+    ``per_query``: whether ``to_dict()`` includes per-query scores (``result.per_query`` always works).
+    """
+    names = measure_names(k_values) if measures is None else list(measures)
+    if isinstance(measures, str) or not names:
+        raise MeasureError(f"measures must be a non-empty sequence of measure names, got {measures!r}")
+    if len(set(names)) != len(names):
+        raise MeasureError(f"measures are repeated: {names!r}")
+    parsed = [parse_measure(name) for name in names]
+    if not isinstance(run, Mapping):
+        raise RunError(f"run must be a mapping of query id to ranking, got {type(run).__name__}")
+    if not isinstance(qrels, Mapping):
+        raise QrelsError(f"qrels must be a mapping of query id to judgments, got {type(qrels).__name__}")
+
+    query_ids, excluded, rel_query, rel_docs, rel_grade = _read_qrels(qrels)
+    if not query_ids:
+        raise QrelsError("no query in the qrels has a relevant document (grade >= 1); nothing to score")
+    unjudged = [qid for qid in run if qid not in qrels]
+    ranks, missing = _relevant_ranks(run, query_ids, rel_query, rel_docs)
+    values = _measure_values(parsed, len(query_ids), rel_query, np.asarray(rel_grade, dtype=np.float64), ranks)
+    result = RetrievalResult(
+        measures=names, scores=dict(zip(names, values.mean(axis=0).tolist(), strict=True)), query_ids=query_ids,
+        values=values, excluded=excluded, unjudged=unjudged, missing=missing, include_per_query=per_query,
+    )  # fmt: skip
+    if groups is not None:
+        _add_groups(result, groups)
+    return result
+
+
+def _check_id(value: Any, what: str, error: type[RetrievalInputError], where: str = "") -> None:
+    if not isinstance(value, str):
+        raise error(f"{where}{what} must be a string, got {value!r} ({type(value).__name__})")
+
+
+def _grade(value: Any, qid: str, doc: str) -> int:
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real) and float(value).is_integer():
+        return int(value)
+    raise QrelsError(f"query {qid!r}: grade of document {doc!r} must be an integer, got {value!r}")
+
+
+def _read_qrels(qrels: Mapping[str, Judgments]) -> tuple[list[str], list[str], np.ndarray, list[str], list[int]]:
+    """Validate the judgments; return scored ids, excluded ids and the relevant (query, doc, grade) triples."""
+    query_ids: list[str] = []
+    excluded: list[str] = []
+    counts: list[int] = []
+    docs: list[str] = []
+    grades: list[int] = []
+    for qid, judged in qrels.items():
+        _check_id(qid, "query id", QrelsError, "qrels: ")
+        if isinstance(judged, Mapping):
+            items = list(judged.items())
+        elif isinstance(judged, (list, tuple)):
+            if len(set(judged)) != len(judged):
+                raise QrelsError(f"query {qid!r}: a relevant document is listed twice in the qrels")
+            items = [(doc, 1) for doc in judged]
+        else:
+            raise QrelsError(f"query {qid!r}: judgments must be a dict of doc id to grade or a list of doc ids, "
+                             f"got {type(judged).__name__}")  # fmt: skip
+        before = len(docs)
+        for doc, grade in items:
+            _check_id(doc, "doc id", QrelsError, f"qrels of query {qid!r}: ")
+            grade = grade if type(grade) is int else _grade(grade, qid, doc)
+            if grade > 0:
+                docs.append(doc)
+                grades.append(grade)
+        if len(docs) > before:
+            query_ids.append(qid)
+            counts.append(len(docs) - before)
+        else:
+            excluded.append(qid)
+    rel_query = np.repeat(np.arange(len(query_ids), dtype=np.int64), counts)
+    return query_ids, excluded, rel_query, docs, grades
+
+
+def _relevant_ranks(run: Mapping[str, Ranking], query_ids: list[str], rel_query: np.ndarray,
+                    rel_docs: list[str]) -> tuple[np.ndarray, list[str]]:
+    """0-based rank of every relevant document in its query's ranking (inf when not retrieved).
+
+    Only relevant documents are located: for scored rankings, rank = number of documents with a higher
+    score + number of tied documents with a greater doc id, counted with vectorised comparisons.
+    """
+    ranks = np.full(len(rel_docs), np.inf)
+    starts = np.searchsorted(rel_query, np.arange(len(query_ids) + 1))
+    missing: list[str] = []
+    scores: list[Any] = []  # every score of every scored (dict) ranking, flattened
+    docs: list[Any] = []  # the matching doc ids
+    seg_qids: list[str] = []
+    seg_bounds: list[int] = [0]
+    pending: list[tuple[int, int, int, Any, str]] = []  # (relevant index, segment start, length, score, doc)
+    for qi, qid in enumerate(query_ids):
+        ranking = run.get(qid)
+        if ranking is not None and not isinstance(ranking, (Mapping, list, tuple)):
+            raise RunError(f"query {qid!r}: ranking must be a dict of doc id to score or a list of doc ids, "
+                           f"got {type(ranking).__name__}")  # fmt: skip
+        if not ranking:
+            missing.append(qid)
+            continue
+        if isinstance(ranking, Mapping):
+            base, length = len(scores), len(ranking)
+            scores.extend(ranking.values())
+            docs.extend(ranking)
+            seg_qids.append(qid)
+            seg_bounds.append(base + length)
+            for ri in range(starts[qi], starts[qi + 1]):
+                doc = rel_docs[ri]
+                if doc in ranking:
+                    pending.append((ri, base, length, ranking[doc], doc))
+        else:
+            if not all(type(doc) is str for doc in ranking):
+                bad = next(doc for doc in ranking if not isinstance(doc, str))
+                raise RunError(f"query {qid!r}: doc id must be a string, got {bad!r} ({type(bad).__name__})")
+            members = set(ranking)
+            if len(members) != len(ranking):
+                raise RunError(f"query {qid!r}: the ranked list has duplicate doc ids")
+            for ri in range(starts[qi], starts[qi + 1]):
+                if rel_docs[ri] in members:
+                    ranks[ri] = ranking.index(rel_docs[ri])
+    if scores:
+        flat = _check_scores(scores, docs, seg_qids, np.asarray(seg_bounds))
+        if pending:
+            index, seg_start, seg_len, own, own_doc = zip(*pending, strict=True)
+            ranks[np.asarray(index)] = _count_ahead(flat, docs, np.asarray(seg_start), np.asarray(seg_len),
+                                                    np.asarray(own, dtype=np.float64), own_doc)  # fmt: skip
+    return ranks, missing
+
+
+def _check_scores(scores: list[Any], docs: list[Any], seg_qids: list[str], bounds: np.ndarray) -> np.ndarray:
+    """Scores as float64; RunError naming the query for non-numeric or NaN scores and non-string doc ids."""
+
+    def owner(position: int) -> str:
+        return seg_qids[int(np.searchsorted(bounds, position, side="right")) - 1]
+
+    if set(map(type, docs)) != {str}:
+        position = next(i for i, doc in enumerate(docs) if not isinstance(doc, str))
+        bad = docs[position]
+        raise RunError(f"query {owner(position)!r}: doc id must be a string, got {bad!r} ({type(bad).__name__})")
+    flat = np.asarray(scores)
+    if flat.dtype.kind not in "biuf":
+        position = next(i for i, s in enumerate(scores) if isinstance(s, (str, bytes))
+                        or not isinstance(s, (numbers.Real, np.number)))  # fmt: skip
+        raise RunError(f"query {owner(position)!r}: score of document {docs[position]!r} must be a number, "
+                       f"got {scores[position]!r}")  # fmt: skip
+    flat = flat.astype(np.float64, copy=False)
+    nan = np.flatnonzero(np.isnan(flat))
+    if nan.size:
+        raise RunError(f"query {owner(int(nan[0]))!r}: score of document {docs[int(nan[0])]!r} is NaN")
+    return flat
+
+
+def _count_ahead(flat: np.ndarray, docs: list[str], seg_start: np.ndarray, seg_len: np.ndarray,
+                 own: np.ndarray, own_doc: tuple[str, ...]) -> np.ndarray:
+    """For each (segment, score, doc): documents of the segment ranked before it in trec_eval order."""
+    ahead = np.zeros(len(own), dtype=np.int64)
+    ends = np.cumsum(seg_len)
+    cuts = np.unique(np.concatenate([[0], np.searchsorted(ends, np.arange(_PAIR_CHUNK, ends[-1], _PAIR_CHUNK)),
+                                     [len(own)]]))  # fmt: skip
+    docs_array: np.ndarray | None = None
+    for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
+        lengths = seg_len[lo:hi]
+        owner = np.repeat(np.arange(hi - lo), lengths)
+        offsets = np.arange(owner.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        position = np.repeat(seg_start[lo:hi], lengths) + offsets
+        other = flat[position]
+        mine = own[lo:hi][owner]
+        ahead[lo:hi] += np.bincount(owner[other > mine], minlength=hi - lo)
+        tied = np.flatnonzero(other == mine)
+        if tied.size > hi - lo:  # some document shares its score with another one
+            if docs_array is None:
+                docs_array = np.array(docs, dtype=object)
+                own_array = np.array(own_doc, dtype=object)
+            later = docs_array[position[tied]] > own_array[lo:hi][owner[tied]]
+            ahead[lo:hi] += np.bincount(owner[tied][later], minlength=hi - lo)
+    return ahead
+
+
+def _measure_values(parsed: list[tuple[str, int | None]], n_queries: int, rel_query: np.ndarray,
+                    grade: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """Per-query matrix of the measures from the relevant documents' grades and 0-based ranks."""
+    num_rel = np.bincount(rel_query, minlength=n_queries).astype(np.float64)
+    first = np.concatenate([[0], np.cumsum(num_rel, dtype=np.int64)[:-1]])
+    order = np.lexsort((rank, rel_query))  # by query, then rank
+    q, r, g = rel_query[order], rank[order], grade[order]
+    seen = np.arange(q.size) - first[q] + 1  # relevant documents up to and including this one
+    precision = seen / (r + 1.0)  # 0 for unretrieved (rank inf)
+    gain = g / np.log2(r + 2.0)
+    best_rank = r[first]  # smallest rank per query
+    ideal_order = np.lexsort((-grade, rel_query))
+    ideal_pos = np.arange(q.size) - first[q]
+    ideal_gain = grade[ideal_order] / np.log2(ideal_pos + 2.0)
+    out = np.empty((n_queries, len(parsed)), dtype=np.float64)
+
+    def per_query(weights: np.ndarray) -> np.ndarray:
+        return np.bincount(q, weights=weights, minlength=n_queries)
+
+    for column, (family, k) in enumerate(parsed):
+        cut = np.inf if k is None else float(k)
+        within = r < cut
+        if family == "nDCG":
+            ideal = np.bincount(q, weights=np.where(ideal_pos < cut, ideal_gain, 0.0), minlength=n_queries)
+            out[:, column] = per_query(np.where(within, gain, 0.0)) / ideal
+        elif family == "MRR":
+            out[:, column] = np.where(best_rank < cut, 1.0 / (best_rank + 1.0), 0.0)
+        elif family == "MAP":
+            out[:, column] = per_query(np.where(within, precision, 0.0)) / num_rel
+        else:
+            hits = per_query(within.astype(np.float64))
+            if family == "Recall":
+                out[:, column] = hits / num_rel
+            elif family == "R_cap":
+                out[:, column] = hits / np.minimum(cut, num_rel)
+            elif family == "Success":
+                out[:, column] = (hits > 0).astype(np.float64)
+            else:  # "P"
+                out[:, column] = hits / cut
+    return out
+
+
+def _add_groups(result: RetrievalResult, groups: Mapping[str, Hashable]) -> None:
+    """Fill ``groups``, ``group_sizes`` and ``macro`` (the unweighted mean of the group means)."""
+    if not isinstance(groups, Mapping):
+        raise GroupsError(f"groups must be a mapping of query id to group label, got {type(groups).__name__}")
+    codes: dict[str, int] = {}
+    labels = np.empty(result.num_queries, dtype=np.int64)
+    for row, qid in enumerate(result.query_ids):
+        if qid not in groups:
+            raise GroupsError(f"query {qid!r} is scored but has no group label")
+        label = groups[qid]
+        if label is None or not isinstance(label, Hashable):
+            raise GroupsError(f"query {qid!r}: group label must be a string or number, got {label!r}")
+        labels[row] = codes.setdefault(str(label), len(codes))
+    sizes = np.bincount(labels, minlength=len(codes))
+    means = np.stack([np.bincount(labels, weights=column, minlength=len(codes)) / sizes
+                      for column in result.values.T], axis=1)  # fmt: skip
+    ordered = sorted(codes.items())
+    result.groups = {name: dict(zip(result.measures, means[code].tolist(), strict=True)) for name, code in ordered}
+    result.group_sizes = {name: int(sizes[code]) for name, code in ordered}
+    result.macro = dict(zip(result.measures, means.mean(axis=0).tolist(), strict=True))

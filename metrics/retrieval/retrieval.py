@@ -1,0 +1,159 @@
+"""Retrieval metric for 🤗 evaluate: nDCG, Recall, R_cap, Success, MRR, MAP and P at cut-offs (trec_eval)."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
+
+import datasets
+import evaluate
+
+from .compute import DEFAULT_K_VALUES, GroupsError, QrelsError, RunError, measure_names, score_run
+
+_CITATION = """\
+@misc{trec_eval,
+  title = {trec\\_eval: the standard tool used by the TREC community for evaluating ad hoc retrieval runs},
+  author = {{NIST}},
+  howpublished = {\\url{https://github.com/usnistgov/trec_eval}},
+}
+@inproceedings{thakur2021beir,
+  title = {{BEIR}: A Heterogeneous Benchmark for Zero-shot Evaluation of Information Retrieval Models},
+  author = {Thakur, Nandan and Reimers, Nils and R{\\"u}ckl{\\'e}, Andreas and Srivastava, Abhishek
+            and Gurevych, Iryna},
+  booktitle = {NeurIPS Datasets and Benchmarks Track},
+  year = {2021},
+}
+"""
+
+_DESCRIPTION = """\
+Scores ranked retrieval results per query against relevance judgments with trec_eval's conventions:
+nDCG@k (linear gain = grade, log2 discount, ideal ranking from all judged documents), Recall@k (over all
+relevant documents), R_cap@k (BEIR's capped recall), Success@k, MRR@k and MRR (no cut-off), MAP@k (over all
+relevant documents) and P@k (over k). Grades <= 0 are not relevant. Scored predictions are ordered by score
+descending, ties by document id descending. Queries without any relevant document are excluded from the means
+and listed; queries with an empty prediction score 0. Nothing is rounded.
+"""
+
+_KWARGS_DESCRIPTION = """
+Args:
+    predictions: one ranking per query, best first: a list of document ids, or a list of
+        {"id": str, "score": float} (then ordered by score descending, ties by id descending).
+    references: one set of judgments per query: a list of relevant document ids (grade 1), or a list of
+        {"id": str, "grade": int} (graded; grades <= 0 mean not relevant).
+    query_ids: optional list of unique query ids (default "0", "1", ...), used in the per-query output.
+    k_values: cut-offs for the default measures (default [1, 3, 5, 10]).
+    measures: optional list of measure names, e.g. ["nDCG@10", "Recall@100", "MRR"]; the default is every
+        family (nDCG, Recall, R_cap, Success, MRR, MAP, P) at every cut-off in k_values, plus "MRR".
+    per_query: if True, also return {"per_query": {query_id: {measure: value}}}.
+    groups: optional group label per query (a list parallel to predictions, or a dict keyed by query id);
+        adds per-group means and their unweighted mean ("macro").
+Returns:
+    A dict: the mean of every measure over the scored queries, "num_queries" (how many were scored),
+    "excluded_queries" (ids of queries without a relevant document), and, on request, "per_query",
+    "groups", "group_sizes" and "macro".
+Examples:
+    >>> import evaluate
+    >>> retrieval = evaluate.load("metrics/retrieval")
+    >>> results = retrieval.compute(
+    ...     predictions=[["d3", "d1", "d2"], ["d5", "d4"]],
+    ...     references=[["d1"], ["d4", "d6"]],
+    ...     measures=["Recall@1", "Recall@2", "MRR"],
+    ... )
+    >>> results
+    {'Recall@1': 0.0, 'Recall@2': 0.75, 'MRR': 0.5, 'num_queries': 2, 'excluded_queries': []}
+
+    Graded judgments, scored predictions, per-query values and groups:
+
+    >>> results = retrieval.compute(
+    ...     predictions=[[{"id": "d1", "score": 0.2}, {"id": "d2", "score": 0.9}], [{"id": "d7", "score": 1.0}]],
+    ...     references=[[{"id": "d1", "grade": 2}, {"id": "d2", "grade": 1}], [{"id": "d8", "grade": 0}]],
+    ...     query_ids=["q1", "q2"],
+    ...     measures=["nDCG@1", "P@1"],
+    ...     per_query=True,
+    ...     groups=["turn-1", "turn-2"],
+    ... )
+    >>> results["per_query"]
+    {'q1': {'nDCG@1': 0.5, 'P@1': 1.0}}
+    >>> results["excluded_queries"], results["groups"]
+    (['q2'], {'turn-1': {'nDCG@1': 0.5, 'P@1': 1.0}})
+"""
+
+_DOC = datasets.Value("string")
+_SCORED = datasets.List({"id": datasets.Value("string"), "score": datasets.Value("float64")})
+_GRADED = datasets.List({"id": datasets.Value("string"), "grade": datasets.Value("int64")})
+# evaluate picks the first option the first example fits: plain ids first, dicts after.
+_FEATURES = [
+    datasets.Features({"predictions": datasets.List(_DOC), "references": datasets.List(_DOC)}),
+    datasets.Features({"predictions": datasets.List(_DOC), "references": _GRADED}),
+    datasets.Features({"predictions": _SCORED, "references": datasets.List(_DOC)}),
+    datasets.Features({"predictions": _SCORED, "references": _GRADED}),
+]
+
+
+def _ranking(qid: str, prediction: Sequence[Any]) -> list[str] | dict[str, float]:
+    """A list of ids stays a ranked list; {"id", "score"} items become a scored dict."""
+    if not prediction or isinstance(prediction[0], str):
+        return list(prediction)
+    scored: dict[str, float] = {}
+    for item in prediction:
+        if item.get("id") is None or item.get("score") is None:
+            raise RunError(f"query {qid!r}: every prediction needs an 'id' and a 'score', got {item!r}")
+        if item["id"] in scored:
+            raise RunError(f"query {qid!r}: document {item['id']!r} is predicted twice")
+        scored[item["id"]] = item["score"]
+    return scored
+
+
+def _judgments(qid: str, reference: Sequence[Any]) -> list[str] | dict[str, int]:
+    """A list of ids means grade 1; {"id", "grade"} items keep their grades."""
+    if not reference or isinstance(reference[0], str):
+        return list(reference)
+    graded: dict[str, int] = {}
+    for item in reference:
+        if item.get("id") is None or item.get("grade") is None:
+            raise QrelsError(f"query {qid!r}: every reference needs an 'id' and a 'grade', got {item!r}")
+        if item["id"] in graded:
+            raise QrelsError(f"query {qid!r}: document {item['id']!r} is judged twice")
+        graded[item["id"]] = item["grade"]
+    return graded
+
+
+@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
+class Retrieval(evaluate.Metric):
+    """nDCG@k, Recall@k, R_cap@k, Success@k, MRR@k, MAP@k and P@k with trec_eval conventions."""
+
+    def _info(self) -> evaluate.MetricInfo:
+        return evaluate.MetricInfo(
+            description=_DESCRIPTION,
+            citation=_CITATION,
+            inputs_description=_KWARGS_DESCRIPTION,
+            features=_FEATURES,
+            reference_urls=["https://github.com/usnistgov/trec_eval", "https://github.com/beir-cellar/beir"],
+        )
+
+    def _compute(self, predictions: Sequence[Any], references: Sequence[Any],
+                 query_ids: Sequence[str] | None = None, k_values: Sequence[int] = DEFAULT_K_VALUES,
+                 measures: Sequence[str] | None = None, per_query: bool = False,
+                 groups: Sequence[Hashable] | Mapping[str, Hashable] | None = None) -> dict[str, Any]:
+        if query_ids is None:
+            query_ids = [str(i) for i in range(len(predictions))]
+        query_ids = list(query_ids)
+        if len(query_ids) != len(predictions):
+            raise RunError(f"query_ids has {len(query_ids)} ids for {len(predictions)} predictions")
+        if not all(isinstance(q, str) for q in query_ids) or len(set(query_ids)) != len(query_ids):
+            raise RunError("query_ids must be unique strings")
+        run = {qid: _ranking(qid, p) for qid, p in zip(query_ids, predictions, strict=True)}
+        qrels = {qid: _judgments(qid, r) for qid, r in zip(query_ids, references, strict=True)}
+        if groups is not None and not isinstance(groups, Mapping):
+            if isinstance(groups, str) or len(groups) != len(query_ids):
+                raise GroupsError(f"groups must hold one label per query ({len(query_ids)})")
+            groups = dict(zip(query_ids, groups, strict=True))
+        names = measure_names(k_values) if measures is None else measures
+        result = score_run(run, qrels, measures=names, groups=groups)
+        output: dict[str, Any] = dict(result.scores)
+        output.update(num_queries=result.num_queries, excluded_queries=list(result.excluded))
+        if per_query:
+            output["per_query"] = result.per_query
+        if groups is not None:
+            output.update(groups=result.groups, group_sizes=result.group_sizes, macro=result.macro)
+        return output

@@ -1,0 +1,185 @@
+"""Read and write TREC run and qrels files, and read BEIR qrels TSV files.
+
+- TREC run: one line per retrieved document, ``query_id Q0 doc_id rank score tag`` (whitespace separated).
+  Reading keeps the scores (``{query_id: {doc_id: score}}``); like trec_eval, the rank column is checked
+  to be an integer but not used: order comes from the scores.
+- TREC qrels: ``query_id iteration doc_id grade`` (the iteration column is ignored, usually ``0``).
+- BEIR qrels: tab-separated ``query-id``, ``corpus-id``, ``score`` with a header line.
+
+Blank lines are skipped. Files ending in ``.gz`` are read and written compressed. Malformed lines, fields
+that are not numbers and repeated (query, doc) pairs raise ``TrecFormatError`` naming ``file:line``.
+
+>>> import os, tempfile
+>>> folder = tempfile.mkdtemp()
+>>> path = os.path.join(folder, "run.trec")
+>>> write_run({"q1": {"d1": 0.5, "d2": 1.5}}, path, tag="bm25")
+>>> print(open(path).read(), end="")
+q1 Q0 d2 1 1.5 bm25
+q1 Q0 d1 2 0.5 bm25
+>>> read_run(path)
+{'q1': {'d2': 1.5, 'd1': 0.5}}
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import numbers
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import IO
+
+from .compute import RetrievalInputError
+
+PathLike = str | os.PathLike
+BEIR_HEADER = ("query-id", "corpus-id", "score")
+
+
+class TrecFormatError(RetrievalInputError):
+    """A malformed line in a run or qrels file; ``path`` and ``line`` (1-based) say where."""
+
+    def __init__(self, message: str, path: PathLike, line: int | None = None) -> None:
+        self.path = os.fspath(path)
+        self.line = line
+        where = self.path if line is None else f"{self.path}:{line}"
+        super().__init__(f"{where}: {message}")
+
+
+def _open(path: PathLike, mode: str) -> IO[str]:
+    if os.fspath(path).endswith(".gz"):
+        return gzip.open(path, mode + "t", encoding="utf-8")  # type: ignore[return-value]
+    return open(path, mode, encoding="utf-8", newline="\n" if mode == "w" else None)
+
+
+def _lines(path: PathLike, width: int, layout: str, sep: str | None = None) -> Iterator[tuple[int, list[str]]]:
+    """Yield (line number, fields) of the non-blank lines, checking the number of fields."""
+    with _open(path, "r") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            fields = line.rstrip("\r\n").split(sep) if sep else line.split()
+            if len(fields) != width:
+                raise TrecFormatError(f"expected {width} fields ({layout}), found {len(fields)}: {line.strip()!r}",
+                                      path, number)  # fmt: skip
+            yield number, fields
+
+
+def _number(text: str, what: str, path: PathLike, line: int) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise TrecFormatError(f"{what} is not a number: {text!r}", path, line) from None
+    if math.isnan(value):
+        raise TrecFormatError(f"{what} is NaN", path, line)
+    return value
+
+
+def _integer(text: str, what: str, path: PathLike, line: int) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        value = _number(text, what, path, line)
+        if not value.is_integer():
+            raise TrecFormatError(f"{what} is not an integer: {text!r}", path, line) from None
+        return int(value)
+
+
+def _store(table: dict[str, dict], qid: str, doc: str, value: float | int, path: PathLike, line: int) -> None:
+    judged = table.setdefault(qid, {})
+    if doc in judged:
+        raise TrecFormatError(f"document {doc!r} appears twice for query {qid!r}", path, line)
+    judged[doc] = value
+
+
+def read_run(path: PathLike) -> dict[str, dict[str, float]]:
+    """Read a TREC run file into ``{query_id: {doc_id: score}}`` (file order kept)."""
+    run: dict[str, dict[str, float]] = {}
+    for line, (qid, _, doc, rank, score, _tag) in _lines(path, 6, "query_id Q0 doc_id rank score tag"):
+        _integer(rank, "rank", path, line)
+        _store(run, qid, doc, _number(score, "score", path, line), path, line)
+    return run
+
+
+def read_qrels(path: PathLike) -> dict[str, dict[str, int]]:
+    """Read a TREC qrels file into ``{query_id: {doc_id: grade}}``."""
+    qrels: dict[str, dict[str, int]] = {}
+    for line, (qid, _, doc, grade) in _lines(path, 4, "query_id iteration doc_id grade"):
+        _store(qrels, qid, doc, _integer(grade, "grade", path, line), path, line)
+    return qrels
+
+
+def read_beir_qrels(path: PathLike) -> dict[str, dict[str, int]]:
+    """Read a BEIR qrels TSV (``query-id<TAB>corpus-id<TAB>score``, header line first) into qrels."""
+    qrels: dict[str, dict[str, int]] = {}
+    first = True
+    for line, fields in _lines(path, 3, "query-id, corpus-id, score", sep="\t"):
+        qid, doc, grade = (field.strip() for field in fields)
+        if first and (qid, doc, grade) == BEIR_HEADER:
+            first = False
+            continue
+        first = False
+        _store(qrels, qid, doc, _integer(grade, "score", path, line), path, line)
+    return qrels
+
+
+def _check_token(value: object, what: str, qid: object = None) -> str:
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        where = "" if qid is None else f"query {qid!r}: "
+        raise RetrievalInputError(f"{where}{what} must be a non-empty string without whitespace, got {value!r}")
+    return value
+
+
+def _ordered(qid: str, ranking: Mapping[str, float] | Sequence[str]) -> list[tuple[str, float]]:
+    """(doc, score) in trec_eval order; a ranked list gets scores n, n-1, ..., 1."""
+    if isinstance(ranking, Mapping):
+        pairs = []
+        for doc, score in ranking.items():
+            if isinstance(score, bool) or not isinstance(score, numbers.Real) or math.isnan(score):
+                raise RetrievalInputError(f"query {qid!r}: score of {doc!r} must be a number, got {score!r}")
+            pairs.append((float(score), doc))
+        return [(doc, score) for score, doc in sorted(pairs, reverse=True)]
+    if len(set(ranking)) != len(ranking):
+        raise RetrievalInputError(f"query {qid!r}: the ranked list has duplicate doc ids")
+    return [(doc, float(len(ranking) - i)) for i, doc in enumerate(ranking)]
+
+
+def _judgments(qrels: Mapping[str, Mapping[str, int] | Sequence[str]]) -> Iterator[tuple[str, str, int]]:
+    """(query, doc, grade) triples; a list of doc ids means grade 1."""
+    for qid, judged in qrels.items():
+        _check_token(qid, "query id")
+        items = judged.items() if isinstance(judged, Mapping) else ((doc, 1) for doc in judged)
+        for doc, grade in items:
+            _check_token(doc, "doc id", qid)
+            if isinstance(grade, bool) or not isinstance(grade, numbers.Real) or not float(grade).is_integer():
+                raise RetrievalInputError(f"query {qid!r}: grade of {doc!r} must be an integer, got {grade!r}")
+            yield qid, doc, int(grade)
+
+
+def write_run(run: Mapping[str, Mapping[str, float] | Sequence[str]], path: PathLike, tag: str = "convrag",
+              depth: int | None = None) -> None:
+    """Write a run as a TREC run file, each query in trec_eval order with ranks 1, 2, ...
+
+    Scores are written with ``repr`` so that reading the file back gives the same floats. ``depth`` keeps
+    only the top documents of each query.
+    """
+    _check_token(tag, "tag")
+    with _open(path, "w") as handle:
+        for qid, ranking in run.items():
+            _check_token(qid, "query id")
+            for rank, (doc, score) in enumerate(_ordered(qid, ranking)[:depth], start=1):
+                handle.write(f"{qid} Q0 {_check_token(doc, 'doc id', qid)} {rank} {score!r} {tag}\n")
+
+
+def write_qrels(qrels: Mapping[str, Mapping[str, int] | Sequence[str]], path: PathLike) -> None:
+    """Write qrels as a TREC qrels file (``query_id 0 doc_id grade``); a list of doc ids means grade 1."""
+    with _open(path, "w") as handle:
+        for qid, doc, grade in _judgments(qrels):
+            handle.write(f"{qid} 0 {doc} {grade}\n")
+
+
+def write_beir_qrels(qrels: Mapping[str, Mapping[str, int] | Sequence[str]], path: PathLike) -> None:
+    """Write qrels as a BEIR TSV with its ``query-id corpus-id score`` header."""
+    with _open(path, "w") as handle:
+        handle.write("\t".join(BEIR_HEADER) + "\n")
+        for qid, doc, grade in _judgments(qrels):
+            handle.write(f"{qid}\t{doc}\t{grade}\n")
