@@ -4,9 +4,10 @@ Scoring follows the official script ``scripts/evaluation/run_retrieval_eval.py``
 mt-rag-benchmark repository:
 
 * per collection (domain), per-query nDCG@k (``ndcg_cut``) and Recall@k (``recall``) as trec_eval /
-  pytrec_eval compute them: linear gain, ranking by score descending then document id descending; recall
-  over all relevant passages. Only tasks with qrels are scored (ANSWERABLE and PARTIAL ones): tasks of the
-  run without qrels add nothing, and the mean is over the run's tasks that have qrels;
+  pytrec_eval compute them (``convrag.metrics.retrieval.compute.score_run``): linear gain, ranking by score
+  descending then document id descending; recall over all relevant passages. Only tasks with qrels are
+  scored (ANSWERABLE and PARTIAL ones): run tasks without qrels add nothing, and the mean is over the
+  run's tasks that have qrels;
 * the collection's score is that mean **rounded to 5 decimals**; its ``count`` is the number of run lines
   (tasks submitted) for the collection, *including* tasks without qrels;
 * the "all" row is ``sum(score_c * count_c) / sum(count_c)``: a mean weighted by submitted tasks.
@@ -31,6 +32,7 @@ from typing import Any
 
 from convrag.builders.mtrag_source import COLLECTIONS, DOMAINS, normalize_domain, normalize_task_id
 from convrag.errors import DataError
+from convrag.metrics.retrieval.compute import score_run
 
 K_VALUES = (1, 3, 5, 10)
 MAX_CONTEXTS = 10
@@ -51,20 +53,6 @@ def ranked(scores: Mapping[str, float]) -> list[str]:
     """Document ids by score descending, ties by document id descending (trec_eval's order)."""
     by_id = sorted(scores, reverse=True)
     return sorted(by_id, key=lambda d: -float(scores[d]))  # stable: ties keep the id-descending order
-
-
-def query_scores(ranking: Mapping[str, float], relevance: Mapping[str, int], k_values: Iterable[int]) -> dict:
-    """nDCG@k and Recall@k of one query (trec_eval ``ndcg_cut`` / ``recall``; gains are the labels > 0)."""
-    order = ranked(ranking)
-    gains = sorted((g for g in relevance.values() if g > 0), reverse=True)
-    out: dict[str, float] = {}
-    for k in k_values:
-        top = order[:k]
-        dcg = sum(max(relevance.get(d, 0), 0) / math.log2(i + 2) for i, d in enumerate(top))
-        ideal = sum(g / math.log2(i + 2) for i, g in enumerate(gains[:k]))
-        out[f"nDCG@{k}"] = dcg / ideal if ideal > 0 else 0.0
-        out[f"Recall@{k}"] = sum(relevance.get(d, 0) > 0 for d in top) / len(gains) if gains else 0.0
-    return {m: out[m] for m in measures(k_values)}
 
 
 def judged(qrels: Qrels) -> set[str]:
@@ -117,8 +105,8 @@ def score_subtask_a(
     for d in sorted(set(runs) | set(qrels), key=lambda x: (x not in DOMAINS, x)):
         run, rels = runs.get(d, {}), qrels.get(d, {})
         scored = judged(rels)
-        for qid in scored:
-            per_query[qid] = query_scores(run.get(qid, {}), rels[qid], ks)
+        if scored:
+            per_query.update(score_run(run, {q: rels[q] for q in scored}, measures=names).per_query)
         evaluated = [q for q in run if q in scored]  # what pytrec_eval returns: run tasks with qrels
         unscored += sum(1 for q in run if q not in scored)
         row: dict[str, Any] = {"count": len(run), "n_evaluated": len(evaluated), "n_judged": len(scored),
