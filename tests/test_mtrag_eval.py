@@ -178,7 +178,9 @@ def test_evaluate_folder_bm25_on_mtrag_un(tmp_path):
     options = {"source": str(SRC)}
     configs = [c for c in MTRAGUN.default_configs(options) if not c.startswith("all-") and "tasks" not in c]
     export_benchmark("mtrag-un", tmp_path / "un", configs=configs, options=options)
-    results = evaluate_folder(tmp_path / "un", retrievers=["bm25"], n_bootstrap=50)
+    qrels = {d: _qrels(SRC / "mtragun-human" / "retrieval_tasks" / "qrels" / f"{d}.tsv") for d in DOMAINS}
+    perfect = {q.replace("<::>", "::"): {doc: 1.0 for doc in rels} for d in DOMAINS for q, rels in qrels[d].items()}
+    results = evaluate_folder(tmp_path / "un", retrievers=["bm25"], n_bootstrap=50, external_runs={"gold": perfect})
     assert results["views"] == ["lastturn", "questions"] and results["corpus_kind"]["fiqa"] == "cited"
     entry = results["results"][0]
     # official weights: every submitted task (507), not only the 332 scored ones
@@ -187,6 +189,9 @@ def test_evaluate_folder_bm25_on_mtrag_un(tmp_path):
     assert sum(r["n_judged"] for r in entry["domains"].values()) == len(entry["per_query"]) == 332
     assert 0 < entry["official_all"]["nDCG@5"] <= 1
     ci = entry["micro_ci"]["nDCG@5"]
-    assert ci["low"] <= entry["micro"]["nDCG@5"] == ci["mean"] <= ci["high"]
+    assert ci["low"] <= ci["mean"] <= ci["high"] and ci["mean"] == pytest.approx(entry["micro"]["nDCG@5"])
+    gold = results["results"][-1]
+    assert (gold["system"], gold["view"]) == ("gold", "run") and gold["official_all"]["nDCG@1"] == 1.0
+    assert {d: r["count"] for d, r in gold["domains"].items()} == {"clapnq": 83, "cloud": 86, "fiqa": 58, "govt": 105}
     table = render_tables(results)
     assert "| bm25 | lastturn | all (official, weighted) |" in table and "macro (ours)" in table

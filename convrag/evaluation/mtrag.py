@@ -339,11 +339,13 @@ def evaluate_folder(
     seed: int = 0,
     retriever_options: Mapping[str, Mapping[str, Any]] | None = None,
     submissions: Mapping[str, str | Path] | None = None,
+    external_runs: Mapping[str, Run] | None = None,
     progress: bool = False,
 ) -> dict[str, Any]:
     """Run each retriever over each query view, per domain (top ``top_k``), and score as Subtask A.
 
-    ``submissions``: name -> submission file, scored too (checked against the folder's task set).
+    ``submissions``: name -> submission file, scored too (checked against the folder's task set);
+    ``external_runs``: name -> one run over all domains (e.g. a TREC run file), split by the task's domain.
     Returns a JSON-ready dict: one entry per (system, view) with the ``SubtaskAResult`` and bootstrap CIs of
     the micro mean and of each domain mean.
     """
@@ -379,6 +381,15 @@ def evaluate_folder(
     expected = [q for v in chosen[:1] for d in data["domains"] for q in data["queries"][v][d]]
     for name, path in (submissions or {}).items():
         add(name, "submission", read_submission(path, expected or None).runs)
+    domain_of = {q: d for v in data["queries"].values() for d, qs in v.items() for q in qs}
+    for name, run in (external_runs or {}).items():
+        by_domain: dict[str, Run] = {d: {} for d in data["domains"]}
+        for qid, ranking in run.items():
+            tid = normalize_task_id(qid)
+            if tid not in domain_of:
+                raise DataError(f"run {name!r} names task {qid!r}, which is not in the folder", str(folder))
+            by_domain[domain_of[tid]][tid] = dict(ranking)
+        add(name, "run", by_domain)
     return {"folder": str(folder), "domains": data["domains"], "corpus_kind": data["corpus_kind"],
             "views": chosen, "k_values": list(ks), "measures": measures(ks), "confidence": confidence,
             "n_bootstrap": n_bootstrap, "seed": seed, "top_k": top_k, "results": entries}  # fmt: skip
