@@ -75,14 +75,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     manifest = read_manifest(args.folder)
     benchmark = manifest["benchmark"]
+    if benchmark in ("mtrag", "mtrag-un"):
+        return _evaluate_mtrag(args, manifest)
     profile = PROFILES.get(benchmark, DEFAULT_PROFILE)
     data = load_views(args.folder, args.split)
-    external = {}
-    for value in args.run or []:
-        match = _NAME_EQ.match(value)
-        if not match:
-            raise ConvragError(f"--run expects NAME=FILE, got {value!r}")
-        external[match.group(1)] = read_run(match.group(2))
+    external = {name: read_run(path) for name, path in _named_files(args.run, "--run").items()}
     retrievers = [r for r in args.retrievers.split(",") if r] if args.retrievers else []
     options: dict[str, dict[str, Any]] = {}
     if args.dense_model:
@@ -102,6 +99,42 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         write_run(runs[spec], out / "runs" / f"{re.sub(r'[^A-Za-z0-9_.+-]', '_', spec)}.trec", tag=spec)
     print(report)
     print(f"Wrote {out / 'results.json'}, {out / 'results.md'} and runs/ (TREC run files)")
+    return 0
+
+
+def _named_files(values: list[str] | None, flag: str) -> dict[str, str]:
+    named = {}
+    for value in values or []:
+        match = _NAME_EQ.match(value)
+        if not match:
+            raise ConvragError(f"{flag} expects NAME=FILE, got {value!r}")
+        named[match.group(1)] = match.group(2)
+    return named
+
+
+def _evaluate_mtrag(args: argparse.Namespace, manifest: dict[str, Any]) -> int:
+    """MTRAGEval Subtask A: every retriever over every query view, per domain, official + our aggregates."""
+    from convrag.evaluation.mtrag import evaluate_folder, render_tables
+    from convrag.metrics.retrieval.trec import read_run
+
+    retrievers = [r for r in args.retrievers.split(",") if r and r != "random"] if args.retrievers else []
+    options = {spec: {"model": args.dense_model} for spec in retrievers if spec in ("dense", "hybrid")
+               and args.dense_model}  # fmt: skip
+    results = evaluate_folder(
+        args.folder, retrievers=retrievers, views=args.views.split(",") if args.views else None,
+        corpus=args.corpus, n_bootstrap=args.bootstrap, seed=args.seed, retriever_options=options,
+        submissions=_named_files(args.submission, "--submission"),
+        external_runs={n: read_run(p) for n, p in _named_files(args.run, "--run").items()},
+        progress=not args.no_progress,
+    )  # fmt: skip
+    results = {"benchmark": manifest["benchmark"], "build_options": manifest.get("options", {}), **results}
+    report = render_tables(results, digits=args.digits)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    (out / "results.md").write_text(report, encoding="utf-8")
+    print(report)
+    print(f"Wrote {out / 'results.json'} and {out / 'results.md'}")
     return 0
 
 
@@ -146,6 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of bootstrap and randomisation tests")
     p.add_argument("--digits", type=int, default=4, help="decimals shown in tables (JSON is unrounded)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--views", help="MTRAG: query views to run (default: all in the folder)")
+    p.add_argument("--corpus", default="auto", choices=("auto", "full", "cited"),
+                   help="MTRAG: full passage corpora or the cited-passage corpus (auto: full if built)")
+    p.add_argument("--submission", action="append", metavar="NAME=FILE",
+                   help="MTRAG: also score an official-format submission .jsonl (repeatable)")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("list", help="list registered benchmarks and retrievers")
@@ -156,9 +194,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from convrag.metrics.retrieval.compute import RetrievalInputError
+
     try:
         return int(args.func(args) or 0)
-    except ConvragError as err:
+    except (ConvragError, RetrievalInputError) as err:
         print(f"convrag {args.command}: error: {err}", file=sys.stderr)
         return 2
 

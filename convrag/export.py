@@ -84,7 +84,17 @@ def export_benchmark(
     out.mkdir(parents=True, exist_ok=True)
     options = dict(options or {})
     cls = get_builder_class(benchmark)
-    names = configs or [c.name for c in cls.BUILDER_CONFIGS]
+    all_names = [c.name for c in cls.BUILDER_CONFIGS]
+    skipped: list[str] = []
+    if configs:
+        names = list(configs)
+    elif hasattr(cls, "default_configs"):
+        names = cls.default_configs(options)
+        skipped = [n for n in all_names if n not in names]
+    else:
+        names = all_names
+    if not names:
+        raise ConvragError(f"{benchmark}: the given source holds none of the files any config needs")
     unknown = set(names) - {c.name for c in cls.BUILDER_CONFIGS}
     if unknown:
         raise ConvragError(f"unknown configs for {benchmark}: {sorted(unknown)}")
@@ -114,6 +124,9 @@ def export_benchmark(
             report = builder.report.to_dict()
             if report["counts"] and not summary.report:
                 summary.report = report
+    if skipped:
+        summary.report.setdefault("counts", {})["configs skipped: the source lacks their files"] = len(skipped)
+        summary.report.setdefault("examples", {})["configs skipped: the source lacks their files"] = skipped
     write_readme(out, cls, infos, metadata, summary, options)
     return summary
 
