@@ -17,7 +17,16 @@ from convrag.llm.backends.base import Backend
 from convrag.llm.cache import DiskCache, cache_key
 from convrag.llm.prompts import load_prompt
 from convrag.llm.report import RunReport
-from convrag.llm.structured import Parsed, ParseError, Schema, dump_value, json_schema_for, parse_structured, validate
+from convrag.llm.structured import (
+    Parsed,
+    ParseError,
+    Schema,
+    compact_schema,
+    dump_value,
+    json_schema_for,
+    parse_structured,
+    validate,
+)
 from convrag.llm.types import BackendError, Completion, LLMFailure, Message, SamplingParams, Usage
 
 M = TypeVar("M", bound=BaseModel)
@@ -92,7 +101,8 @@ class LLM:
                       json_schema: dict[str, Any] | None) -> Completion:
         """One request, retried on transient errors; raises :class:`LLMFailure` when out of retries."""
         errors: list[str] = []
-        for retry in range(self.retry.max_retries + 1):
+        retry = immediate = 0
+        while True:
             t0 = time.perf_counter()
             try:
                 with self._sem:
@@ -101,19 +111,23 @@ class LLM:
                 self.report.record_call(self.backend.name, self.backend.model, None, time.perf_counter() - t0,
                                         exc.kind)
                 errors.append(f"{exc.kind}: {exc}")
+                attempts = retry + immediate + 1
+                if exc.retryable and exc.immediate and immediate < BackendError.MAX_IMMEDIATE:
+                    immediate += 1
+                    continue
                 if not exc.retryable:
-                    raise LLMFailure(f"{self.spec}: {exc}", attempts=retry + 1, errors=errors) from exc
-                if retry == self.retry.max_retries:
-                    raise LLMFailure(f"{self.spec}: gave up after {retry + 1} attempts: {exc}",
-                                     attempts=retry + 1, errors=errors) from exc
+                    raise LLMFailure(f"{self.spec}: {exc}", attempts=attempts, errors=errors) from exc
+                if retry >= self.retry.max_retries:
+                    raise LLMFailure(f"{self.spec}: gave up after {attempts} attempts: {exc}",
+                                     attempts=attempts, errors=errors) from exc
                 self.report.count("retries")
                 with self._rng_lock:
                     wait = self.retry.delay(retry, self._rng)
+                retry += 1
                 self._sleep(wait)
                 continue
             self.report.record_call(self.backend.name, self.backend.model, comp.usage, time.perf_counter() - t0, None)
             return comp
-        raise AssertionError("unreachable")  # pragma: no cover
 
     def _key(self, kind: str, messages: list[Message], params: SamplingParams, schema: dict[str, Any] | None) -> str:
         return cache_key({"kind": kind, "backend": self.backend.identity(), "messages": messages,
@@ -170,7 +184,7 @@ class LLM:
         p = self._params(params, overrides)
         schema_dict = json_schema_for(schema)
         instruction = load_prompt("structured_output").render(
-            schema_json=json.dumps(schema_dict, ensure_ascii=False))[0]["content"]
+            schema_json=json.dumps(compact_schema(schema_dict), ensure_ascii=False))[0]["content"]
         convo = _with_instruction(messages, instruction)
         key = self._key("structured", convo, p, schema_dict)
         if use_cache and self.cache is not None:

@@ -40,6 +40,21 @@ def json_schema_for(schema: Schema) -> dict[str, Any]:
     raise TypeError(f"schema must be a pydantic model class or a JSON schema dict, not {schema!r}")
 
 
+def compact_schema(schema: Any, *, _in_properties: bool = False) -> Any:
+    """The schema without pydantic's generated ``title`` strings (shorter prompts; same constraints)."""
+    if isinstance(schema, dict):
+        out = {}
+        for k, v in schema.items():
+            if not _in_properties and k == "title" and isinstance(v, str):
+                continue
+            out[k] = compact_schema(v, _in_properties=(k in ("properties", "$defs", "definitions")
+                                                       and not _in_properties))
+        return out
+    if isinstance(schema, list):
+        return [compact_schema(v) for v in schema]
+    return schema
+
+
 def schema_name(schema: Schema) -> str:
     if isinstance(schema, dict):
         return str(schema.get("title", "output"))

@@ -62,10 +62,14 @@ class LLMError(ConvragError):
 class BackendError(LLMError):
     """A backend call failed. ``retryable`` marks transient causes (429, 5xx, timeouts, lost connections)."""
 
-    def __init__(self, message: str, *, retryable: bool = False, kind: str = "error") -> None:
+    MAX_IMMEDIATE = 5
+
+    def __init__(self, message: str, *, retryable: bool = False, kind: str = "error", immediate: bool = False) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.kind = kind
+        #: retry at once, without backoff and without using the retry budget (e.g. a changed request format)
+        self.immediate = immediate
 
 
 class LLMFailure(LLMError):

@@ -54,6 +54,7 @@ class OpenAIBackend(Backend):
         self.timeout = timeout
         self.extra_body = dict(extra_body or {})
         self._style = None if response_format == "auto" else response_format
+        self._auto = 0
         self._lock = threading.Lock()
         self._openai = openai
         self.client = openai.OpenAI(base_url=self.base_url, api_key=key, max_retries=0, timeout=timeout)
@@ -75,20 +76,21 @@ class OpenAIBackend(Backend):
             kwargs["extra_body"] = self.extra_body
         if json_schema is None:
             return self._call(kwargs)
-        styles = [self._style] if self._style else list(RESPONSE_FORMAT_STYLES)
-        for i, style in enumerate(styles):
-            rf = _response_format(style, json_schema)
-            call = dict(kwargs, response_format=rf) if rf else kwargs
-            try:
-                out = self._call(call)
-            except BackendError as exc:
-                if exc.kind == "rejected" and i + 1 < len(styles):
-                    continue  # server refused this response_format: try the next style
-                raise
-            with self._lock:
-                self._style = style
-            return out
-        raise BackendError("no response_format style accepted")  # pragma: no cover
+        with self._lock:
+            style = self._style or RESPONSE_FORMAT_STYLES[self._auto]
+        rf = _response_format(style, json_schema)
+        try:
+            out = self._call(dict(kwargs, response_format=rf) if rf else kwargs)
+        except BackendError as exc:
+            if exc.kind == "rejected" and self._style is None:
+                with self._lock:  # the server refused this style: the next attempt uses the next one
+                    if RESPONSE_FORMAT_STYLES[self._auto] == style:
+                        self._auto += 1
+                raise BackendError(str(exc), retryable=True, kind="rejected", immediate=True) from exc
+            raise
+        with self._lock:
+            self._style = style
+        return out
 
     def _call(self, kwargs: dict[str, Any]) -> Completion:
         o = self._openai
@@ -100,12 +102,14 @@ class OpenAIBackend(Backend):
             raise BackendError(f"connection error: {exc}", retryable=True, kind="connection") from exc
         except o.APIStatusError as exc:
             code = exc.status_code
+            if kwargs.get("response_format") is not None and (
+                    code in (400, 422) or (code >= 500 and "response_format" in str(exc))):
+                # e.g. llama-cpp-python's server answers 500 with a validation error for json_schema
+                raise BackendError(f"request rejected ({code}): {exc}", kind="rejected") from exc
             if code == 429:
                 raise BackendError(f"rate limited (429): {exc}", retryable=True, kind="rate_limit") from exc
             if code >= 500 or code in (408, 409):
                 raise BackendError(f"server error ({code}): {exc}", retryable=True, kind="server_error") from exc
-            if code in (400, 422) and "response_format" in kwargs:
-                raise BackendError(f"request rejected ({code}): {exc}", kind="rejected") from exc
             raise BackendError(f"request failed ({code}): {exc}", kind="client_error") from exc
         except (json.JSONDecodeError, ValueError) as exc:
             raise BackendError(f"unreadable response body: {exc}", retryable=True, kind="bad_response") from exc

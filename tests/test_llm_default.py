@@ -1,0 +1,57 @@
+"""Integration: the embedded default backend (SmolLM2-135M-Instruct GGUF through llama.cpp), no key, no network."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel, Field
+
+from convrag.llm import JudgeEnsemble, SamplingParams, get_llm, load_prompt, run_batch
+
+pytest.importorskip("llama_cpp", reason="the default backend needs llama-cpp-python")
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+class Grade(BaseModel):
+    grade: int = Field(ge=0, le=2)
+    reason: str = Field(max_length=300)
+
+
+def test_default_backend_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CONVRAG_LLM", raising=False)
+    llm = get_llm(cache=tmp_path)
+    assert llm.backend.name == "llamacpp" and llm.backend.model.startswith("SmolLM2-135M-Instruct")
+
+    t0 = time.perf_counter()
+    comp = llm.chat([{"role": "user", "content": "Say hello in one short sentence."}], max_tokens=32)
+    dt = time.perf_counter() - t0
+    assert comp.text.strip() and comp.usage.completion_tokens > 0 and not comp.cached
+    print(f"default backend: {comp.usage.completion_tokens} tokens in {dt:.2f}s "
+          f"({comp.usage.completion_tokens / dt:.1f} tokens/s, first call includes model load)")
+
+    # structured output: llama.cpp grammar-constrained decoding yields schema-shaped JSON
+    msgs = load_prompt("relevance_judge").render(
+        query="capital of France", passage="Paris is the capital and most populous city of France.")
+    p = llm.structured(msgs, Grade, max_tokens=96)
+    assert isinstance(p.value, Grade) and 0 <= p.value.grade <= 2
+
+    # batch over the single in-process model (calls serialised), then a rerun from cache
+    qs = ["rivers", "mountains", "deserts"]
+    first = run_batch(qs, lambda q: llm.chat([{"role": "user", "content": f"One fact about {q}."}],
+                                             max_tokens=16).text, concurrency=3)
+    assert first.ok
+    calls = llm.report.calls
+    rerun = get_llm("default", cache=tmp_path)
+    t1 = time.perf_counter()
+    second = run_batch(qs, lambda q: rerun.chat([{"role": "user", "content": f"One fact about {q}."}],
+                                                max_tokens=16).text, concurrency=3)
+    assert second.results == first.results and rerun.report.calls == 0 and rerun.report.cache_hits == 3
+    assert time.perf_counter() - t1 < 1.0
+    assert calls == 5 and llm.report.failures == 0 and llm.report.cost_usd == 0
+
+    # an ensemble of the same model under two seeds (sampling), combined by majority
+    judges = [(llm, SamplingParams(temperature=0.7, seed=s, max_tokens=96)) for s in (1, 2)]
+    res = JudgeEnsemble(judges, combine="majority").judge(msgs, Grade, "grade")
+    assert len(res.judges) == 2 and all(j.ok for j in res.judges) and res.value in (0, 1, 2)
