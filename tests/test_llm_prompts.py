@@ -1,0 +1,62 @@
+"""Prompt files: loading by name, rendering with named fields, errors, overrides, shipped prompts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from convrag.llm import PromptError, list_prompts, load_prompt
+
+SAMPLE_FIELDS = {
+    "structured_output": {"schema_json": "{}"},
+    "structured_retry": {"error": "bad"},
+    "query_rewrite": {"history": [{"role": "user", "text": "Who wrote Dune?"}], "question": "When was he born?"},
+    "relevance_judge": {"query": "q", "passage": "p"},
+    "pairwise_judge": {"question": "q", "candidates": ["a", "b"]},
+}
+
+
+def test_every_shipped_prompt_renders() -> None:
+    names = list_prompts()
+    assert set(SAMPLE_FIELDS) <= set(names)
+    for name in names:
+        msgs = load_prompt(name).render(**SAMPLE_FIELDS[name])
+        assert msgs and all(m["role"] in ("system", "user", "assistant") and m["content"] for m in msgs)
+
+
+def test_render_fills_fields() -> None:
+    msgs = load_prompt("query_rewrite").render(**SAMPLE_FIELDS["query_rewrite"])
+    assert [m["role"] for m in msgs] == ["system", "user"]
+    assert "user: Who wrote Dune?" in msgs[1]["content"] and "When was he born?" in msgs[1]["content"]
+    judge = load_prompt("relevance_judge")
+    assert "0 to 2" in judge.render(query="q", passage="p")[1]["content"]
+    assert "0 to 3" in judge.render(query="q", passage="p", max_grade=3)[1]["content"]
+
+
+def test_missing_and_unknown_fields() -> None:
+    with pytest.raises(PromptError, match=r"missing fields \['passage'\]"):
+        load_prompt("relevance_judge").render(query="q")
+    with pytest.raises(PromptError, match=r"unknown \['pasage'\]"):
+        load_prompt("relevance_judge").render(query="q", passage="p", pasage="typo")
+    with pytest.raises(PromptError, match="no prompt named"):
+        load_prompt("does_not_exist")
+
+
+def test_user_dir_overrides_and_validation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "relevance_judge.yaml").write_text("fields: [query, passage]\nuser: 'Q={{ query }} P={{ passage }}'\n")
+    monkeypatch.setenv("CONVRAG_PROMPTS_PATH", str(tmp_path))
+    assert load_prompt("relevance_judge").render(query="x", passage="y") == [{"role": "user", "content": "Q=x P=y"}]
+    (tmp_path / "multi.yaml").write_text(
+        "fields: [a]\nmessages:\n  - {role: system, content: sys}\n  - {role: user, content: '{{ a }}'}\n"
+        "  - {role: assistant, content: ok}\n")
+    assert [m["role"] for m in load_prompt("multi").render(a=1)] == ["system", "user", "assistant"]
+    (tmp_path / "undeclared.yaml").write_text("fields: [a]\nuser: '{{ a }} {{ b }}'\n")
+    with pytest.raises(PromptError, match=r"undeclared fields \['b'\]"):
+        load_prompt("undeclared")
+    (tmp_path / "broken.yaml").write_text("fields: [a]\nuser: '{{ a '\n")
+    with pytest.raises(PromptError, match="syntax error"):
+        load_prompt("broken")
+    (tmp_path / "badrole.yaml").write_text("messages:\n  - {role: tool, content: x}\n")
+    with pytest.raises(PromptError, match="role"):
+        load_prompt("badrole")
