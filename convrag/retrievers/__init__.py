@@ -1,1 +1,40 @@
-"""convrag.retrievers."""
+"""Baseline retrievers behind one interface.
+
+``get_retriever(spec, **options)`` builds one from a spec string (``random``, ``bm25``, ``bm25s``, ``dense``,
+``dense:PATH_OR_NAME``, ``hybrid``, ``rrf:bm25+dense``); ``available_retrievers()`` lists the names.
+Every retriever is used as ``r.index(corpus)`` then ``r.search(queries, top_k=None, pools=None)``, which
+returns ``{query_id: {doc_id: score}}`` in rank order (see ``convrag.retrievers.base``).
+"""
+
+from convrag.retrievers.base import Retriever, Run, ranked_order
+from convrag.retrievers.dense import DenseRetriever, default_model_path
+from convrag.retrievers.fusion import HybridRetriever, RRFRetriever, minmax_normalize
+from convrag.retrievers.lexical import BM25Retriever, BM25SRetriever, whitespace_tokenize
+from convrag.retrievers.random_retriever import RandomRetriever
+from convrag.retrievers.registry import (
+    RETRIEVERS,
+    RetrieverSpecError,
+    available_retrievers,
+    get_retriever,
+    register_retriever,
+)
+
+__all__ = [
+    "RETRIEVERS",
+    "BM25Retriever",
+    "BM25SRetriever",
+    "DenseRetriever",
+    "HybridRetriever",
+    "RRFRetriever",
+    "RandomRetriever",
+    "Retriever",
+    "RetrieverSpecError",
+    "Run",
+    "available_retrievers",
+    "default_model_path",
+    "get_retriever",
+    "minmax_normalize",
+    "ranked_order",
+    "register_retriever",
+    "whitespace_tokenize",
+]
