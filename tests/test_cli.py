@@ -1,0 +1,75 @@
+"""The convrag command: help texts, build, evaluate, and errors on bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import datasets
+import pytest
+
+from convrag.cli import main
+
+from .conftest import DATA
+
+DEV = DATA / "hotpotqa" / "hotpot_dev_distractor_v1.first30.json"
+
+
+@pytest.mark.parametrize("command", [[], ["build"], ["evaluate"], ["push"], ["list"]])
+def test_help_for_every_subcommand(command):
+    proc = subprocess.run([sys.executable, "-m", "convrag.cli", *command, "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "usage: convrag" in proc.stdout
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "stratrag"
+    assert main(["build", "stratrag", "--source", str(DEV), "--out", str(out)]) == 0
+    return out
+
+
+def test_build_writes_loadable_folder(built, capsys):
+    assert datasets.load_dataset(str(built), "queries", split="validation").num_rows == 30
+    assert main(["build", "stratrag", "--source", str(DEV), "--out", str(built)]) == 2
+    assert "not empty" in capsys.readouterr().err
+
+
+def test_build_options_and_errors(tmp_path, capsys):
+    out = tmp_path / "borrow"
+    assert main(["build", "stratrag", "--source", f"validation={DEV}", "--option", "fill=borrow",
+                 "--option", "max_validation=5", "--config", "all", "--out", str(out)]) == 0  # fmt: skip
+    records = datasets.load_dataset(str(out), "all", split="validation")
+    assert records.num_rows == 5 and all(len(p) == 15 for p in records["doc_pool"])
+    assert main(["build", "nosuch", "--out", str(tmp_path / "x")]) == 2
+    assert "unknown benchmark" in capsys.readouterr().err
+    assert main(["build", "stratrag", "--option", "fill", "--out", str(tmp_path / "y")]) == 2
+    assert "key=value" in capsys.readouterr().err
+
+
+def test_evaluate_lexical_baselines_and_external_run(built, tmp_path, capsys):
+    run_file = tmp_path / "gold.trec"
+    qrels = datasets.load_dataset(str(built), "qrels", split="validation")
+    run_file.write_text("".join(f"{r['query-id']} Q0 {r['corpus-id']} 1 1.0 gold\n" for r in qrels))
+    out = tmp_path / "results"
+    code = main(["evaluate", str(built), "--retrievers", "random,bm25", "--run", f"oracle={run_file}",
+                 "--out", str(out), "--bootstrap", "200", "--no-progress"])  # fmt: skip
+    assert code == 0
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["systems"]) == {"random", "bm25", "oracle"}
+    oracle = results["systems"]["oracle"]["overall"]
+    assert oracle["Recall@2"]["mean"] == 1.0 and oracle["nDCG@5"]["mean"] == 1.0
+    assert results["systems"]["bm25"]["overall"]["MRR"]["mean"] > results["systems"]["random"]["overall"]["MRR"]["mean"]
+    assert set(results["systems"]["bm25"]["groups"]) == {"bridge", "comparison", "yes-no"}
+    assert (out / "runs" / "bm25.trec").exists()
+    table = capsys.readouterr().out
+    assert "| Retriever | R@1 | R@2 | R@5 | MRR | NDCG@5 |" in table
+
+
+def test_evaluate_rejects_unknown_doc_ids_in_a_run(built, tmp_path, capsys):
+    run_file = tmp_path / "bad.trec"
+    run_file.write_text("val_000000 Q0 doc_99999999_00 1 1.0 x\n")
+    code = main(["evaluate", str(built), "--retrievers", "", "--run", f"bad={run_file}", "--out", str(tmp_path)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "unknown doc ids" in err and "doc_99999999_00" in err and "bad" in err
