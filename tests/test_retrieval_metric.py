@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 import convrag.metrics.retrieval.compute as compute
+import numpy as np
 import pytest
 import pytrec_eval
 from convrag.metrics.retrieval.compute import (
@@ -52,7 +53,7 @@ def random_case(seed: int, ranked_lists: bool = False) -> tuple[dict, dict]:
 def trec_order(ranking: dict[str, float] | list[str]) -> list[str]:
     if isinstance(ranking, list):
         return ranking
-    return [d for _, d in sorted(((float(s), d) for d, s in ranking.items()), reverse=True)]
+    return [d for _, d in sorted(((float(np.float32(s)), d) for d, s in ranking.items()), reverse=True)]
 
 
 def as_scores(ranking: list[str]) -> dict[str, float]:
@@ -129,6 +130,20 @@ def test_tie_break_is_doc_id_descending() -> None:
     assert score_run(run, {"q": {"z": 1}}, measures=["MRR"]).scores["MRR"] == 0.2
     # a ranked list keeps the order given
     assert score_run({"q": ["a", "b", "c"]}, {"q": ["a"]}, measures=["MRR"]).scores["MRR"] == 1.0
+
+
+def test_scores_tie_at_32_bit_precision_like_trec_eval() -> None:
+    run = {"q": {"doc912828": 0.792038689087313, "doc936585": 0.7920386790271728, "doc1": 0.1}}
+    qrels = {"q": {"doc936585": 1}}
+    expected = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(run)["q"]["recip_rank"]
+    assert score_run(run, qrels, measures=["MRR"])["MRR"] == expected == 1.0  # a tie: greater doc id first
+    rng = random.Random(7)
+    run = {f"q{i}": {f"d{j}": 0.5 + rng.randrange(4) * 1e-7 + rng.random() * 1e-12 for j in range(20)}
+           for i in range(30)}  # fmt: skip
+    qrels = {q: {f"d{j}": rng.choice([0, 1, 2]) for j in range(0, 20, 3)} | {"d1": 1} for q in run}
+    scored, ref = reference(run, qrels)
+    result = score_run(run, qrels, measures=ALL)
+    assert all(result.per_query[q][m] == pytest.approx(ref[q][m], abs=TOL) for q in scored for m in ALL)
 
 
 def test_hand_values() -> None:
@@ -212,8 +227,6 @@ def test_errors(run, qrels, kwargs, error, match) -> None:
 
 
 def test_numbers_of_other_types_are_accepted() -> None:
-    import numpy as np
-
     run = {"q": {"a": np.float32(0.5), "b": 2, "c": True}}
     qrels = {"q": {"a": np.int64(2), "b": 1.0, "c": False}}
     r = score_run(run, qrels, measures=["MRR", "Recall@2"]).scores

@@ -2,6 +2,8 @@
 
 A *run* maps each query id to either ``{doc_id: score}`` (ranked by score descending, ties broken by doc id
 descending as plain string comparison, like trec_eval) or a list of doc ids (ranked in the order given).
+As in trec_eval, which keeps scores as C ``float``, scores are compared after rounding to 32-bit floats, so
+scores that differ only beyond about 7 significant digits tie.
 *Qrels* map each query id to ``{doc_id: integer grade}`` or to a list of relevant doc ids (grade 1).
 A document is relevant when its grade is >= 1; grades <= 0 count as not relevant and add no gain.
 
@@ -119,7 +121,7 @@ def _check_k_values(k_values: Sequence[int]) -> list[int]:
     return sorted({int(k) for k in k_values})
 
 
-@dataclass
+@dataclass(eq=False)
 class RetrievalResult:
     """Scores of one run.
 
@@ -227,11 +229,11 @@ def _read_qrels(qrels: Mapping[str, Judgments]) -> tuple[list[str], list[str], n
     for qid, judged in qrels.items():
         _check_id(qid, "query id", QrelsError, "qrels: ")
         if isinstance(judged, Mapping):
-            items = list(judged.items())
+            items: Any = judged.items()
         elif isinstance(judged, (list, tuple)):
             if len(set(judged)) != len(judged):
                 raise QrelsError(f"query {qid!r}: a relevant document is listed twice in the qrels")
-            items = [(doc, 1) for doc in judged]
+            items = zip(judged, [1] * len(judged), strict=True)
         else:
             raise QrelsError(f"query {qid!r}: judgments must be a dict of doc id to grade or a list of doc ids, "
                              f"got {type(judged).__name__}")  # fmt: skip
@@ -259,13 +261,20 @@ def _relevant_ranks(run: Mapping[str, Ranking], query_ids: list[str], rel_query:
     score + number of tied documents with a greater doc id, counted with vectorised comparisons.
     """
     ranks = np.full(len(rel_docs), np.inf)
-    starts = np.searchsorted(rel_query, np.arange(len(query_ids) + 1))
+    starts = np.searchsorted(rel_query, np.arange(len(query_ids) + 1)).tolist()
     missing: list[str] = []
     scores: list[Any] = []  # every score of every scored (dict) ranking, flattened
     docs: list[Any] = []  # the matching doc ids
     seg_qids: list[str] = []
     seg_bounds: list[int] = [0]
-    pending: list[tuple[int, int, int, Any, str]] = []  # (relevant index, segment start, length, score, doc)
+    # relevant documents found in scored rankings: index into rel_docs, segment number, score, doc id
+    # (parallel lists of atoms rather than tuples, so that the garbage collector stays idle)
+    found: list[int] = []
+    found_seg: list[int] = []
+    found_score: list[Any] = []
+    found_doc: list[str] = []
+    listed: list[int] = []  # relevant documents found in ranked lists: index into rel_docs, rank
+    listed_rank: list[int] = []
     for qi, qid in enumerate(query_ids):
         ranking = run.get(qid)
         if ranking is not None and not isinstance(ranking, (Mapping, list, tuple)):
@@ -275,15 +284,17 @@ def _relevant_ranks(run: Mapping[str, Ranking], query_ids: list[str], rel_query:
             missing.append(qid)
             continue
         if isinstance(ranking, Mapping):
-            base, length = len(scores), len(ranking)
             scores.extend(ranking.values())
             docs.extend(ranking)
             seg_qids.append(qid)
-            seg_bounds.append(base + length)
+            seg_bounds.append(len(scores))
             for ri in range(starts[qi], starts[qi + 1]):
                 doc = rel_docs[ri]
                 if doc in ranking:
-                    pending.append((ri, base, length, ranking[doc], doc))
+                    found.append(ri)
+                    found_seg.append(len(seg_qids) - 1)
+                    found_score.append(ranking[doc])
+                    found_doc.append(doc)
         else:
             if not all(type(doc) is str for doc in ranking):
                 bad = next(doc for doc in ranking if not isinstance(doc, str))
@@ -293,13 +304,16 @@ def _relevant_ranks(run: Mapping[str, Ranking], query_ids: list[str], rel_query:
                 raise RunError(f"query {qid!r}: the ranked list has duplicate doc ids")
             for ri in range(starts[qi], starts[qi + 1]):
                 if rel_docs[ri] in members:
-                    ranks[ri] = ranking.index(rel_docs[ri])
+                    listed.append(ri)
+                    listed_rank.append(ranking.index(rel_docs[ri]))
+    ranks[listed] = listed_rank
     if scores:
-        flat = _check_scores(scores, docs, seg_qids, np.asarray(seg_bounds))
-        if pending:
-            index, seg_start, seg_len, own, own_doc = zip(*pending, strict=True)
-            ranks[np.asarray(index)] = _count_ahead(flat, docs, np.asarray(seg_start), np.asarray(seg_len),
-                                                    np.asarray(own, dtype=np.float64), own_doc)  # fmt: skip
+        bounds = np.asarray(seg_bounds)
+        flat = _check_scores(scores, docs, seg_qids, bounds)
+        if found:
+            seg = np.asarray(found_seg)
+            ranks[found] = _count_ahead(flat, docs, bounds[seg], bounds[seg + 1] - bounds[seg],
+                                        as_trec_scores(found_score), found_doc)  # fmt: skip
     return ranks, missing
 
 
@@ -323,11 +337,17 @@ def _check_scores(scores: list[Any], docs: list[Any], seg_qids: list[str], bound
     nan = np.flatnonzero(np.isnan(flat))
     if nan.size:
         raise RunError(f"query {owner(int(nan[0]))!r}: score of document {docs[int(nan[0])]!r} is NaN")
-    return flat
+    return as_trec_scores(flat)
+
+
+def as_trec_scores(scores: Any) -> np.ndarray:
+    """Scores as trec_eval compares them: 32-bit floats (huge values become +-inf)."""
+    with np.errstate(over="ignore"):
+        return np.asarray(scores, dtype=np.float64).astype(np.float32)
 
 
 def _count_ahead(flat: np.ndarray, docs: list[str], seg_start: np.ndarray, seg_len: np.ndarray,
-                 own: np.ndarray, own_doc: tuple[str, ...]) -> np.ndarray:
+                 own: np.ndarray, own_doc: list[str]) -> np.ndarray:
     """For each (segment, score, doc): documents of the segment ranked before it in trec_eval order."""
     ahead = np.zeros(len(own), dtype=np.int64)
     ends = np.cumsum(seg_len)

@@ -30,8 +30,9 @@ Scores ranked retrieval results per query against relevance judgments with trec_
 nDCG@k (linear gain = grade, log2 discount, ideal ranking from all judged documents), Recall@k (over all
 relevant documents), R_cap@k (BEIR's capped recall), Success@k, MRR@k and MRR (no cut-off), MAP@k (over all
 relevant documents) and P@k (over k). Grades <= 0 are not relevant. Scored predictions are ordered by score
-descending, ties by document id descending. Queries without any relevant document are excluded from the means
-and listed; queries with an empty prediction score 0. Nothing is rounded.
+descending (compared as 32-bit floats, as trec_eval does), ties by document id descending. Queries without any
+relevant document are excluded from the means and listed; queries with an empty prediction score 0. Nothing is
+rounded.
 """
 
 _KWARGS_DESCRIPTION = """

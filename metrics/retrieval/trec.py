@@ -29,7 +29,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import IO
 
-from .compute import RetrievalInputError
+from .compute import RetrievalInputError, as_trec_scores
 
 PathLike = str | os.PathLike
 BEIR_HEADER = ("query-id", "corpus-id", "score")
@@ -137,7 +137,9 @@ def _ordered(qid: str, ranking: Mapping[str, float] | Sequence[str]) -> list[tup
             if isinstance(score, bool) or not isinstance(score, numbers.Real) or math.isnan(score):
                 raise RetrievalInputError(f"query {qid!r}: score of {doc!r} must be a number, got {score!r}")
             pairs.append((float(score), doc))
-        return [(doc, score) for score, doc in sorted(pairs, reverse=True)]
+        keys = as_trec_scores([score for score, _ in pairs]).tolist()  # trec_eval's 32-bit comparison
+        ranked = sorted(((key, doc, score) for key, (score, doc) in zip(keys, pairs, strict=True)), reverse=True)
+        return [(doc, score) for _, doc, score in ranked]
     if len(set(ranking)) != len(ranking):
         raise RetrievalInputError(f"query {qid!r}: the ranked list has duplicate doc ids")
     return [(doc, float(len(ranking) - i)) for i, doc in enumerate(ranking)]
