@@ -73,3 +73,19 @@ def test_evaluate_rejects_unknown_doc_ids_in_a_run(built, tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert "unknown doc ids" in err and "doc_99999999_00" in err and "bad" in err
+
+
+@pytest.mark.slow
+def test_evaluate_all_four_baselines_main_job(built, tmp_path, capsys):
+    """The README's main job: random, BM25, dense (shipped MiniLM) and hybrid on the StratRAG build."""
+    out = tmp_path / "all"
+    assert main(["evaluate", str(built), "--out", str(out), "--bootstrap", "200", "--no-progress"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    overall = {name: s["overall"] for name, s in results["systems"].items()}
+    assert list(overall) == ["random", "bm25", "dense", "hybrid"]
+    ndcg = {name: o["nDCG@5"]["mean"] for name, o in overall.items()}
+    # the paper's ordering (Table 2) holds on these 30 real dev records
+    assert ndcg["random"] < ndcg["bm25"] < ndcg["dense"] <= ndcg["hybrid"]
+    assert results["systems"]["dense"]["config"]["name"] == "dense"
+    assert len(results["significance"]) == 6 * 5
+    assert "## hybrid by question_type" in capsys.readouterr().out
