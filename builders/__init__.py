@@ -15,6 +15,7 @@ REGISTRY: dict[str, str] = {
     "stratrag": "stratrag:StratRAG",
     "mtrag": "mtrag:MTRAG",
     "mtrag-un": "mtrag_un:MTRAGUN",
+    "recor": "recor:RECOR",
 }
 
 

@@ -1,0 +1,169 @@
+"""RECOR (2026): reasoning-focused multi-turn conversational retrieval over 11 BRIGHT / StackExchange domains.
+
+Configs are named ``<domain>-<view>`` with domain one of ``recor_source.DOMAINS`` (lower case, so the
+release's ``Drones`` files are the ``drones`` configs) or ``all``; one split ``test``:
+
+* ``conversations``: one row per conversation (``conversation_id`` = ``<domain>:<id>``, since BRIGHT-sourced
+  ids are bare numbers that repeat across domains), its turns (query, answer, gold documents, history,
+  sub-question reasoning and its metadata), the original query / answer and the release metadata;
+* ``queries``: one row per turn, ``_id`` = ``<domain>:<conversation id>:<turn_id>``, ``text`` = the turn's
+  query, plus ``domain``, ``conversation_id``, ``turn``, ``history`` and ``reasoning``;
+* ``qrels``: every turn's ``gold_doc_ids`` with score 1 (the release ships no qrels files);
+* ``corpus``: the domain's documents (``_id``, ``title`` = "", ``text``, ``domain``). In ``all-corpus`` a
+  document id used by two domains with different texts is written ``<domain>:<id>`` (in ``all-qrels`` too).
+
+``source``: None (the release on the Hub, by URL), a URL prefix, or a local folder (release layout, the
+files directly, or a flat ``benchmark.jsonl`` + ``documents.jsonl`` folder). ``default_configs(options)``
+lists the configs a source can build: domains whose files a local folder lacks are skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import datasets
+from datasets import Features, List, Value
+
+from convrag import schema
+from convrag.builder_base import BenchmarkBuilder, BenchmarkConfig, is_url
+from convrag.errors import DataError
+
+from . import recor_source as rs
+
+SPLIT = "test"
+ALL = "all"
+DOMAIN_NAMES = (ALL, *rs.DOMAINS)  # all-* first: the exported card shows the first report
+VIEW_NAMES = ("conversations", "queries", "qrels", "corpus")
+TURN_EXTRA = {
+    "answer": Value("string"),
+    "gold_doc_ids": List(Value("string")),
+    "conversation_history": Value("string"),
+    "subquestion_reasoning": Value("string"),
+    "target_information": Value("string"),
+    "relevance_signals": List(Value("string")),
+    "irrelevance_signals": List(Value("string")),
+}
+METADATA = {
+    "created_at": Value("string"), "gold_doc_count": Value("int32"), "method": Value("string"),
+    "num_turns": Value("int32"), "source": Value("string"), "version": Value("string"),
+}  # fmt: skip
+FEATURES: dict[str, Features] = {
+    "conversations": schema.conversation_features(TURN_EXTRA, {
+        "id": Value("string"), "task": Value("string"), "original_query": Value("string"),
+        "original_answer": Value("string"), "metadata": METADATA}),
+    "queries": schema.with_extra(schema.QUERIES, {
+        "domain": Value("string"), "conversation_id": Value("string"), "turn": Value("int32"),
+        "history": Value("string"), "reasoning": Value("string")}),
+    "qrels": schema.QRELS,
+    "corpus": schema.with_extra(schema.CORPUS, {"domain": Value("string")}),
+}  # fmt: skip
+
+
+@dataclass
+class RECORConfig(BenchmarkConfig):
+    domain: str = ALL
+
+
+def config_name(domain: str, view: str) -> str:
+    """``<domain>-<view>``, e.g. ``law-queries``, ``all-corpus``."""
+    return f"{domain}-{view}"
+
+
+def _domains(domain: str) -> list[str]:
+    return list(rs.DOMAINS) if domain == ALL else [domain]
+
+
+class RECOR(BenchmarkBuilder):
+    """Builder of RECOR conversations, per-turn queries, qrels (from gold_doc_ids) and corpora."""
+
+    BENCHMARK = "recor"
+    CARD = "recor.md"
+    DEFAULT_SOURCES = {name: rs.HUB_URL + rel for name, rel in rs.release_paths().items()}
+    VERSION = datasets.Version("1.0.0")
+    BUILDER_CONFIG_CLASS = RECORConfig
+    BUILDER_CONFIGS = [
+        RECORConfig(name=config_name(d, v), domain=d, view=v, description=f"RECOR {v} ({d})")
+        for d in DOMAIN_NAMES for v in VIEW_NAMES
+    ]  # fmt: skip
+    DEFAULT_CONFIG_NAME = "all-queries"
+
+    @classmethod
+    def default_configs(cls, options: dict[str, Any] | None = None) -> list[str]:
+        """Configs that ``options['source']`` can build (all for URL sources; local: domains present)."""
+        source = (options or {}).get("source")
+        if source is None or is_url(str(source)):
+            return [c.name for c in cls.BUILDER_CONFIGS]
+        present = set(rs.available_domains(rs.locate(source)))
+        return [c.name for c in cls.BUILDER_CONFIGS
+                if (c.domain == ALL and present) or c.domain in present]  # fmt: skip
+
+    def _info(self) -> datasets.DatasetInfo:
+        return datasets.DatasetInfo(
+            description="RECOR: reasoning-focused multi-turn conversational retrieval benchmark "
+            "(conversations, per-turn queries, qrels from gold documents, corpora).",
+            features=FEATURES[self.config.view],
+            homepage="https://huggingface.co/datasets/RECOR-Benchmark/RECOR",
+            license="other",  # MIT annotations; BRIGHT texts CC BY 4.0; StackExchange texts CC BY-SA 4.0
+        )
+
+    def _files(self, dl_manager: datasets.DownloadManager) -> tuple[dict[str, str | None], list[str]]:
+        located = rs.locate(self.config.source)
+        if located.get(rs.FLAT):
+            domains = [d for d in rs.available_domains(located) if d in _domains(self.config.domain)]
+            if not domains:
+                raise DataError(f"config {self.config.name}: the flat source holds no such domain",
+                                str(self.config.source))  # fmt: skip
+            return {rs.FLAT: located[rs.FLAT]}, domains
+        domains = _domains(self.config.domain)
+        files: dict[str, str | None] = {}
+        for d in domains:
+            for kind in ("benchmark", "corpus"):
+                path = located.get(f"{d}-{kind}")
+                files[f"{d}-{kind}"] = dl_manager.download(path) if path and is_url(path) else path
+        if not any(files.get(f"{d}-benchmark") for d in domains):
+            raise DataError(f"config {self.config.name} needs {[f'{d}-benchmark' for d in domains]}, "
+                            "not found in the source", str(self.config.source))  # fmt: skip
+        return files, domains
+
+    def _split_generators(self, dl_manager: datasets.DownloadManager) -> list[datasets.SplitGenerator]:
+        domain, view = self.config.domain, self.config.view
+        if domain not in DOMAIN_NAMES or view not in VIEW_NAMES:
+            raise DataError(f"unknown RECOR config domain={domain!r} view={view!r}")
+        files, domains = self._files(dl_manager)
+        data = rs.parse_recor(files, domains)  # parse and check here, so errors surface unwrapped
+        self._parsed = (files, domains, data)
+        self.report.counts.update(data.report.counts)
+        self.report.examples.update(data.report.examples)
+        return [datasets.SplitGenerator(name=SPLIT, gen_kwargs={"files": files, "domains": domains})]
+
+    def _generate_examples(self, files: dict[str, str | None], domains: list[str]):
+        view = self.config.view
+        cached = getattr(self, "_parsed", None)
+        data = cached[2] if cached and cached[:2] == (files, domains) else rs.parse_recor(files, domains)
+        qualify = rs.conflicting_ids(data) if self.config.domain == ALL else set()
+
+        def doc_key(d: str, doc_id: str) -> str:
+            return f"{d}:{doc_id}" if doc_id in qualify else doc_id
+
+        for d in domains:
+            if view == "conversations":
+                for row in data.conversations.get(d, []):
+                    yield row["conversation_id"], row
+            elif view == "queries":
+                for row in data.queries.get(d, []):
+                    yield row["_id"], row
+            elif view == "qrels":
+                for row in data.qrels.get(d, []):
+                    row = {**row, "corpus-id": doc_key(d, row["corpus-id"])}
+                    yield f"{row['query-id']}|{row['corpus-id']}", row
+            else:
+                for doc_id, text in data.corpus.get(d, {}).items():
+                    key = doc_key(d, doc_id)
+                    if (
+                        self.config.domain == ALL
+                        and key == doc_id
+                        and any(doc_id in data.corpus.get(o, {}) for o in domains[: domains.index(d)])
+                    ):
+                        continue  # same id, same text in an earlier domain: kept once
+                    yield f"{d}:{doc_id}", {"_id": key, "title": "", "text": text, "domain": d}

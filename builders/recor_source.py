@@ -1,0 +1,305 @@
+"""Source handling of the RECOR builder: release layout, strict JSONL readers, parsing and quirk counting.
+
+The public release (``RECOR-Benchmark/RECOR`` on the Hub) holds, per domain ``D`` (file names as released,
+e.g. ``Drones``)::
+
+    data/benchmark/D_benchmark.jsonl   one conversation per line
+    data/corpus/D_documents.jsonl      one document per line: {doc_id, content}
+
+A local ``source`` folder may be in that layout, hold the ``D_*.jsonl`` files directly (or under
+``benchmark/`` and ``corpus/``), or be a *flat* folder with one ``benchmark.jsonl`` and one
+``documents.jsonl`` mixing domains (the curated pilot sample): there a conversation's domain comes from its
+``task`` field and a document's domain from the turns that cite it (or its ``<domain>_`` id prefix).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from convrag.builder_base import BuildReport, is_url
+from convrag.errors import DataError
+
+#: file-name domain (as released) -> config / column domain name (lower case, as in ``task``)
+FILE_DOMAINS = ("biology", "earth_science", "economics", "psychology", "robotics", "sustainable_living",
+                "Drones", "hardware", "law", "medicalsciences", "politics")  # fmt: skip
+DOMAINS = tuple(d.lower() for d in FILE_DOMAINS)
+FILE_NAME = dict(zip(DOMAINS, FILE_DOMAINS, strict=True))
+HUB_URL = "https://huggingface.co/datasets/RECOR-Benchmark/RECOR/resolve/main/"
+FLAT = "flat"
+MISSING_LIMIT = 100_000  # every missing gold document is listed in the report
+
+
+def release_paths() -> dict[str, str]:
+    """Source name (``<domain>-benchmark`` / ``<domain>-corpus``) -> path in the release."""
+    paths = {}
+    for d in DOMAINS:
+        paths[f"{d}-benchmark"] = f"data/benchmark/{FILE_NAME[d]}_benchmark.jsonl"
+        paths[f"{d}-corpus"] = f"data/corpus/{FILE_NAME[d]}_documents.jsonl"
+    return paths
+
+
+def _candidates(root: str, rel: str) -> list[str]:
+    name = os.path.basename(rel)
+    sub = os.path.basename(os.path.dirname(rel))
+    return [os.path.join(root, rel), os.path.join(root, sub, name), os.path.join(root, name)]
+
+
+def locate(source: Any) -> dict[str, str | None]:
+    """Source name -> path or URL (None where a local folder lacks the file); ``flat`` names a flat folder."""
+    paths = release_paths()
+    if source is None or is_url(str(source)):
+        prefix = str(source).rstrip("/") + "/" if source else HUB_URL
+        return {name: prefix + rel for name, rel in paths.items()}
+    root = os.path.expanduser(str(source))
+    if not os.path.isdir(root):
+        raise DataError("RECOR source must be a folder (release layout or flat sample) or a URL", root)
+    located: dict[str, str | None] = {
+        name: next((p for p in _candidates(root, rel) if os.path.isfile(p)), None) for name, rel in paths.items()
+    }
+    if not any(located.values()) and os.path.isfile(os.path.join(root, "benchmark.jsonl")):
+        located[FLAT] = root
+    return located
+
+
+def available_domains(located: dict[str, str | None]) -> list[str]:
+    """Domains whose benchmark file the source holds (for a flat folder: the domains found in it)."""
+    if located.get(FLAT):
+        path = os.path.join(str(located[FLAT]), "benchmark.jsonl")
+        return sorted({domain_of_task(c.get("task"), path, n) for n, c in read_jsonl(path)})
+    return [d for d in DOMAINS if located.get(f"{d}-benchmark")]
+
+
+def domain_of_task(task: Any, path: str, line: int) -> str:
+    key = str(task or "").strip().lower()
+    if key not in DOMAINS:
+        raise DataError(f"unknown RECOR task {task!r}; expected one of {list(DOMAINS)}", path, line)
+    return key
+
+
+def read_jsonl(path: str) -> list[tuple[int, dict]]:
+    """(line number, object) of every non-empty line; a bad line raises DataError naming file and line."""
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DataError(f"invalid JSON: {err.msg} (column {err.colno})", path, number) from err
+            if not isinstance(obj, dict):
+                raise DataError("expected a JSON object", path, number)
+            rows.append((number, obj))
+    return rows
+
+
+def _need(obj: dict, name: str, types: tuple, path: str, line: int, where: str = "") -> Any:
+    if name not in obj:
+        raise DataError(f"missing field {where + name!r}", path, line)
+    value = obj[name]
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+        raise DataError(f"field {where + name!r} must be {'/'.join(t.__name__ for t in types)}", path, line)
+    return value
+
+
+def _strings(value: Any, name: str, path: str, line: int) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise DataError(f"field {name!r} must be a list of strings", path, line)
+    return list(value)
+
+
+@dataclass
+class RecorData:
+    """Parsed release: rows per domain, the corpus per domain and the build report."""
+
+    conversations: dict[str, list[dict]] = field(default_factory=dict)
+    queries: dict[str, list[dict]] = field(default_factory=dict)
+    qrels: dict[str, list[dict]] = field(default_factory=dict)
+    corpus: dict[str, dict[str, str]] = field(default_factory=dict)
+    report: BuildReport = field(default_factory=BuildReport)
+
+
+def parse_turn(turn: Any, domain: str, cid: str, path: str, line: int) -> dict:
+    if not isinstance(turn, dict):
+        raise DataError(f"conversation {cid!r}: every turn must be an object", path, line)
+    tid = _need(turn, "turn_id", (int,), path, line, "turn.")
+    meta = turn.get("subquestion_reasoning_metadata") or {}
+    if not isinstance(meta, dict):
+        raise DataError("field 'subquestion_reasoning_metadata' must be an object", path, line)
+    target = meta.get("target_information") or ""
+    return {
+        "turn": tid,
+        "speaker": "user",
+        "text": _need(turn, "query", (str,), path, line, "turn."),
+        "answer": str(turn.get("answer") or ""),
+        "gold_doc_ids": _strings(turn.get("gold_doc_ids"), "gold_doc_ids", path, line),
+        "conversation_history": str(turn.get("conversation_history") or ""),
+        "subquestion_reasoning": str(turn.get("subquestion_reasoning") or ""),
+        "target_information": target if isinstance(target, str) else json.dumps(target),
+        "relevance_signals": _strings(meta.get("relevance_signals"), "relevance_signals", path, line),
+        "irrelevance_signals": _strings(meta.get("irrelevance_signals"), "irrelevance_signals", path, line),
+    }
+
+
+def parse_conversation(obj: dict, domain: str, path: str, line: int, data: RecorData) -> None:
+    report = data.report
+    raw_id = _need(obj, "id", (str, int), path, line)
+    cid = str(raw_id)
+    task = _need(obj, "task", (str,), path, line)
+    if task != domain:
+        if task.lower() != domain:
+            raise DataError(f"conversation {cid!r} has task {task!r} in the {domain!r} file", path, line)
+        report.add("task names differing from the file's domain name only in case (e.g. Drones/drones)",
+                   f"{domain}:{cid}")  # fmt: skip
+    if FILE_NAME[domain] != domain:
+        report.add("conversations of a domain whose file name differs from its task (Drones files, task "
+                   "'drones'; configs named 'drones')", f"{domain}:{cid}")  # fmt: skip
+    if not isinstance(raw_id, str) or cid.isdigit():
+        report.add("numeric conversation ids (BRIGHT-sourced; qualified with the domain)", f"{domain}:{cid}")
+    gid = f"{domain}:{cid}"
+    if any(c["conversation_id"] == gid for c in data.conversations.get(domain, [])):
+        raise DataError(f"duplicate conversation id {cid!r} in domain {domain!r}", path, line)
+    turns_raw = _need(obj, "turns", (list,), path, line)
+    turns = [parse_turn(t, domain, cid, path, line) for t in turns_raw]
+    ids = [t["turn"] for t in turns]
+    if len(set(ids)) != len(ids):
+        raise DataError(f"conversation {cid!r} has duplicate turn ids {ids}", path, line)
+    if ids != sorted(ids):
+        report.add("conversations with turns out of order (sorted by turn_id)", gid)
+        turns.sort(key=lambda t: t["turn"])
+    meta = obj.get("metadata") or {}
+    if not isinstance(meta, dict):
+        raise DataError("field 'metadata' must be an object", path, line)
+    if meta.get("num_turns") is not None and meta.get("num_turns") != len(turns):
+        report.add("conversations whose metadata.num_turns differs from their turns", gid)
+    if not turns:
+        report.add("conversations without turns", gid)
+    data.conversations.setdefault(domain, []).append({
+        "conversation_id": gid, "domain": domain, "turns": turns, "id": cid, "task": task,
+        "original_query": str(obj.get("original_query") or ""),
+        "original_answer": str(obj.get("original_answer") or ""),
+        "metadata": {"created_at": str(meta.get("created_at") or ""),
+                     "gold_doc_count": int(meta.get("gold_doc_count") or 0),
+                     "method": str(meta.get("method") or ""), "num_turns": int(meta.get("num_turns") or 0),
+                     "source": str(meta.get("source") or ""), "version": str(meta.get("version") or "")},
+    })  # fmt: skip
+    for t in turns:
+        qid = f"{gid}:{t['turn']}"
+        gold = list(dict.fromkeys(t["gold_doc_ids"]))
+        if len(gold) != len(t["gold_doc_ids"]):
+            report.add("turns listing a gold document twice (kept once)", qid)
+        if not gold:
+            report.add("turns without gold documents (no qrels)", qid)
+        data.queries.setdefault(domain, []).append({
+            "_id": qid, "text": t["text"], "domain": domain, "conversation_id": gid, "turn": t["turn"],
+            "history": t["conversation_history"], "reasoning": t["subquestion_reasoning"],
+        })  # fmt: skip
+        for doc_id in gold:
+            data.qrels.setdefault(domain, []).append({"query-id": qid, "corpus-id": doc_id, "score": 1})
+
+
+def read_corpus(path: str, report: BuildReport) -> list[tuple[str, str, int]]:
+    """(doc_id, content, line) of a documents file; an id repeated with the same text is kept once."""
+    seen: dict[str, tuple[str, int]] = {}
+    out = []
+    for line, obj in read_jsonl(path):
+        doc_id = _need(obj, "doc_id", (str,), path, line)
+        text = _need(obj, "content", (str,), path, line)
+        if doc_id in seen:
+            if seen[doc_id][0] != text:
+                raise DataError(f"document {doc_id!r} repeated with a different text (first on line "
+                                f"{seen[doc_id][1]})", path, line)  # fmt: skip
+            report.add("documents repeated in a corpus file (kept once)", doc_id)
+            continue
+        seen[doc_id] = (text, line)
+        out.append((doc_id, text, line))
+    return out
+
+
+def parse_recor(files: dict[str, str | None], domains: list[str]) -> RecorData:
+    """Parse the benchmark and corpus files of ``domains`` (a ``flat`` entry: one mixed folder)."""
+    data = RecorData()
+    if files.get(FLAT):
+        root = str(files[FLAT])
+        path = os.path.join(root, "benchmark.jsonl")
+        for line, obj in read_jsonl(path):
+            domain = domain_of_task(obj.get("task"), path, line)
+            if domain in domains:
+                parse_conversation(obj, domain, path, line, data)
+        _flat_corpus(os.path.join(root, "documents.jsonl"), domains, data)
+    else:
+        for d in domains:
+            path = files.get(f"{d}-benchmark")
+            if path is None:
+                data.report.add("domains skipped: the source lacks their benchmark file", d)
+                continue
+            for line, obj in read_jsonl(path):
+                parse_conversation(obj, d, path, line, data)
+            cpath = files.get(f"{d}-corpus")
+            if cpath is None:
+                data.report.add("domains without a corpus file", d)
+                data.corpus[d] = {}
+                continue
+            data.corpus[d] = {doc_id: text for doc_id, text, _ in read_corpus(cpath, data.report)}
+    _check_gold(data)
+    return data
+
+
+def _flat_corpus(path: str, domains: list[str], data: RecorData) -> None:
+    cited: dict[str, str] = {}
+    for d in domains:
+        for row in data.qrels.get(d, []):
+            cited.setdefault(row["corpus-id"], d)
+        data.corpus.setdefault(d, {})
+    if not os.path.isfile(path):
+        data.report.add("flat source without documents.jsonl", path)
+        return
+    for doc_id, text, _ in read_corpus(path, data.report):
+        domain = cited.get(doc_id) or next((d for d in DOMAINS if doc_id.lower().startswith(d + "_")), None)
+        if domain is None:
+            data.report.add("flat-source documents of unknown domain (left out)", doc_id)
+        elif domain in domains:
+            data.corpus[domain][doc_id] = text
+
+
+def _check_gold(data: RecorData) -> None:
+    report = data.report
+    for d, rows in data.qrels.items():
+        corpus = data.corpus.get(d, {})
+        for doc_id in sorted({r["corpus-id"] for r in rows}):
+            if doc_id in corpus:
+                continue
+            elsewhere = [o for o, docs in data.corpus.items() if o != d and doc_id in docs]
+            event = ("gold documents found only in another domain's corpus (qrels kept)" if elsewhere
+                     else "gold documents missing from every corpus (qrels kept)")  # fmt: skip
+            report.add(event, f"{d}:{doc_id}", limit=MISSING_LIMIT)
+    owners: dict[str, list[str]] = {}
+    for d, docs in data.corpus.items():
+        for doc_id in docs:
+            owners.setdefault(doc_id, []).append(d)
+    for doc_id, ds in owners.items():
+        if len(ds) > 1:
+            texts = {data.corpus[d][doc_id] for d in ds}
+            if len(texts) > 1:
+                report.add("document ids shared by domains with different texts (qualified in all-*)", doc_id)
+            else:
+                report.add("document ids shared by domains with the same text (kept once in all-*)", doc_id)
+    for d, convs in data.conversations.items():
+        report.counts[f"conversations: {d}"] = len(convs)
+        report.counts[f"turns: {d}"] = len(data.queries.get(d, []))
+        report.counts[f"qrels: {d}"] = len(data.qrels.get(d, []))
+        report.counts[f"corpus documents: {d}"] = len(data.corpus.get(d, {}))
+
+
+def conflicting_ids(data: RecorData) -> set[str]:
+    """Document ids used by several domains with different texts (qualified ``<domain>:<id>`` in all-*)."""
+    owners: dict[str, set[str]] = {}
+    for docs in data.corpus.values():
+        for doc_id, text in docs.items():
+            owners.setdefault(doc_id, set()).add(text)
+    return {doc_id for doc_id, texts in owners.items() if len(texts) > 1}
