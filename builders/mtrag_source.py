@@ -29,6 +29,7 @@ from typing import Any
 
 from convrag.builder_base import is_url
 from convrag.errors import DataError
+from convrag.jsonl import iter_jsonl, read_jsonl
 
 DOMAINS = ("clapnq", "cloud", "fiqa", "govt")
 VIEWS = ("lastturn", "questions", "rewrite")
@@ -181,28 +182,6 @@ def _read_json(path: str, mtime: float) -> Any:
         raise DataError(f"invalid JSON: {err.msg} (column {err.colno})", path, err.lineno) from err
 
 
-def read_jsonl(path: str) -> tuple[tuple[int, dict], ...]:
-    """(line number, object) of every non-empty line; a bad line raises DataError naming it."""
-    return _read_jsonl(path, _mtime(path))
-
-
-@functools.lru_cache(maxsize=32)
-def _read_jsonl(path: str, mtime: float) -> tuple[tuple[int, dict], ...]:
-    rows = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(f"invalid JSON: {err.msg} (column {err.colno})", path, number) from err
-            if not isinstance(obj, dict):
-                raise DataError("expected a JSON object", path, number)
-            rows.append((number, obj))
-    return tuple(rows)
-
-
 def require(obj: dict, fields: tuple[str, ...], path: str, line: int, types: tuple = (str,)) -> None:
     """Raise DataError if a field is missing or not of ``types``."""
     for name in fields:
@@ -274,14 +253,8 @@ def iter_corpus(path: str) -> Iterator[dict[str, str]]:
 
 def _corpus_lines(handle: Any, where: str) -> Iterator[dict[str, str]]:
     seen: set[str] = set()
-    for number, line in enumerate(handle, start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DataError(f"invalid JSON: {err.msg} (column {err.colno})", where, number) from err
-        doc_id = obj.get("_id", obj.get("id")) if isinstance(obj, dict) else None
+    for number, obj in iter_jsonl(handle, where):
+        doc_id = obj.get("_id", obj.get("id"))
         if not isinstance(doc_id, str) or not doc_id:
             raise DataError("passage without a string '_id'", where, number)
         if not isinstance(obj.get("text"), str):

@@ -31,6 +31,7 @@ from datasets import Features, List
 
 from convrag.builder_base import BenchmarkBuilder
 from convrag.errors import DataError
+from convrag.jsonl import read_jsonl
 
 from . import mtrag_parse as mp
 from .mtrag import ALL, DOMAIN_NAMES, SPLIT, MTRAGConfig, config_name
@@ -43,7 +44,6 @@ from .mtrag_source import (
     mtrag_un_paths,
     normalize_domain,
     normalize_task_id,
-    read_jsonl,
     read_qrels,
     split_task_id,
     user_prefix_texts,

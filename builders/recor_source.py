@@ -21,6 +21,7 @@ from typing import Any
 
 from convrag.builder_base import BuildReport, is_url
 from convrag.errors import DataError
+from convrag.jsonl import read_jsonl
 
 #: file-name domain (as released) -> config / column domain name (lower case, as in ``task``)
 FILE_DOMAINS = ("biology", "earth_science", "economics", "psychology", "robotics", "sustainable_living",
@@ -77,23 +78,6 @@ def domain_of_task(task: Any, path: str, line: int) -> str:
     if key not in DOMAINS:
         raise DataError(f"unknown RECOR task {task!r}; expected one of {list(DOMAINS)}", path, line)
     return key
-
-
-def read_jsonl(path: str) -> list[tuple[int, dict]]:
-    """(line number, object) of every non-empty line; a bad line raises DataError naming file and line."""
-    rows = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(f"invalid JSON: {err.msg} (column {err.colno})", path, number) from err
-            if not isinstance(obj, dict):
-                raise DataError("expected a JSON object", path, number)
-            rows.append((number, obj))
-    return rows
 
 
 def _need(obj: dict, name: str, types: tuple, path: str, line: int, where: str = "") -> Any:

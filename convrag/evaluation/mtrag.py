@@ -32,6 +32,7 @@ from typing import Any
 
 from convrag.builders.mtrag_source import COLLECTIONS, DOMAINS, normalize_domain, normalize_task_id
 from convrag.errors import DataError
+from convrag.jsonl import iter_jsonl
 from convrag.metrics.retrieval.compute import score_run
 
 K_VALUES = (1, 3, 5, 10)
@@ -261,14 +262,8 @@ def read_input_task_ids(path: str | Path) -> list[str]:
     """Task ids of an official task input file (JSONL with ``task_id``), canonical form, in file order."""
     ids = []
     with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(f"invalid JSON: {err.msg}", str(path), number) from err
-            if not isinstance(item, dict) or not isinstance(item.get("task_id"), str):
+        for number, item in iter_jsonl(handle, str(path)):
+            if not isinstance(item.get("task_id"), str):
                 raise DataError("line has no string 'task_id'", str(path), number)
             ids.append(normalize_task_id(item["task_id"], str(path), number))
     return ids
