@@ -139,7 +139,7 @@ def metadata_text(turn: Turn) -> str:
 def clean_rewrite(reply: str) -> str:
     """The first non-empty line of an LLM reply, without a ``Query:`` label or surrounding quotes."""
     for line in reply.strip().splitlines():
-        line = re.sub(r"^\s*(?:\*\*)?(?:search\s+)?query(?:\*\*)?\s*:\s*", "", line.strip(), flags=re.I)
+        line = re.sub(r"^\s*(?:\*\*)?(?:search\s+)?query\s*:\s*(?:\*\*)?\s*", "", line.strip(), flags=re.I)
         line = line.strip().strip("\"'`").strip()
         if line:
             return line
