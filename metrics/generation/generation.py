@@ -1,0 +1,181 @@
+"""Generation metric for 🤗 evaluate: MTRAG's IDK-conditioned RB_alg, RB_llm and RL_F with their judges."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import datasets
+import evaluate
+
+from .aggregate import CONDITIONED
+from .components import BertScorer
+from .judges import DEFAULT_PROMPTS
+from .scorer import GenerationTask, score_generation
+
+_CITATION = """\
+@article{katsis2025mtrag,
+  title = {{MTRAG}: A Multi-Turn Conversational Benchmark for Evaluating Retrieval-Augmented Generation Systems},
+  author = {Katsis, Yannis and Rosenthal, Sara and Fadnis, Kshitij and Gunasekara, Chulaka and Lee, Young-Suk
+            and Popa, Lucian and Shah, Vraj and Zhu, Huaiyu and Contractor, Danish and Danilevsky, Marina},
+  journal = {Transactions of the Association for Computational Linguistics},
+  year = {2025},
+}
+@inproceedings{zhang2020bertscore,
+  title = {{BERTScore}: Evaluating Text Generation with {BERT}},
+  author = {Zhang, Tianyi and Kishore, Varsha and Wu, Felix and Weinberger, Kilian Q. and Artzi, Yoav},
+  booktitle = {International Conference on Learning Representations},
+  year = {2020},
+}
+@inproceedings{es2024ragas,
+  title = {{RAGAS}: Automated Evaluation of Retrieval Augmented Generation},
+  author = {Es, Shahul and James, Jithin and Espinosa Anke, Luis and Schockaert, Steven},
+  booktitle = {Proceedings of EACL: System Demonstrations},
+  year = {2024},
+}
+"""
+
+_DESCRIPTION = """\
+Scores the answer a RAG system gives to the last turn of a conversation as the MTRAG evaluation does
+(MTRAGEval Subtasks B and C). RB_alg is the harmonic mean of (BERTScore recall + 1) / 2 against the reference,
+ROUGE-L F (no stemming) against the reference and K-Precision = (max over passages of BERTScore precision + 1) / 2
+(0 without passages). RB_llm is an LLM judge's 1-10 rating / 10 against the reference and passages (0.5 when no
+rating can be read; median over several judges). RL_F is RAGAS-style faithfulness: supported claims / claims.
+Each metric is then conditioned on the task's answerability with the IDK judge (does the answer say it lacks the
+information?) and, for UNDERSPECIFIED tasks, the clarification judge (does it ask the user for what is missing?).
+The official BERTScore model is microsoft/deberta-xlarge-mnli with baseline rescaling; by default this module
+uses the offline all-MiniLM-L6-v2 and records the model in the output.
+"""
+
+_KWARGS_DESCRIPTION = """
+Args:
+    predictions: the generated answer of each task (string).
+    references: the reference answer(s) of each task: a string or a list of strings (the first is used).
+    passages: the passages of each task (list of strings; may be empty).
+    conversations: each task's conversation, [{"speaker": "user"|"agent", "text": str}, ...], ending with the
+        current user question.
+    answerabilities: each task's label: ANSWERABLE, PARTIAL, UNANSWERABLE, CONVERSATIONAL, UNDERSPECIFIED or None.
+    domains, turns, task_ids: optional, for breakdowns and per-task output.
+    judge: LLM spec ("default" = local SmolLM2, "openai:MODEL@URL", "fake", ...), an LLM, or a list (ensemble).
+    bertscore_model: model path or name, or a BertScorer (default: bundled all-MiniLM-L6-v2).
+    mode: "official" (0.5 fallbacks, counted) or "strict" (tasks with a judge fallback excluded, counted).
+    conditioning: "mtrag-un" (with the UNDERSPECIFIED rule) or "semeval" (without it).
+    prompts: replacement judge prompts {role: prompt name or YAML path}; roles: idk, clarification, rb_llm,
+        faithfulness_claims, faithfulness_verdicts.
+    metrics: subset of ["rb_alg", "rb_llm", "rl_f"] (default all three).
+    n_bootstrap, seed: bootstrap resamples and seed of the confidence intervals.
+    per_task: if True (default), also return the per-task rows with every component.
+Judge, BERTScore model, mode, conditioning and prompts can also be given to evaluate.load(...).
+Returns:
+    A dict: the mean of each conditioned metric ("rb_alg", "rb_llm", "rl_f"), "harmonic_of_means",
+    "mean_of_per_task_harmonic", "summary" (CIs, raw metrics, breakdowns, counts, BERTScore model, judges) and
+    "per_task".
+Examples:
+    A scripted judge (the "fake" backend) that labels every answer "no" for IDK and rates it 8:
+
+    >>> import evaluate
+    >>> from convrag.llm import LLM
+    >>> from convrag.llm.backends.fake import FakeBackend
+    >>> def reply(messages):
+    ...     text = messages[-1]["content"]
+    ...     if "Rating: [[N]]" in text:
+    ...         return "Mostly right. Rating: [[8]]"
+    ...     if '"claims"' in text:
+    ...         return '{"claims": ["Paris is the capital of France."]}'
+    ...     if '"verdicts"' in text:
+    ...         return '{"verdicts": [{"reason": "stated", "supported": "yes"}]}'
+    ...     return "no"
+    >>> generation = evaluate.load("metrics/generation")
+    >>> results = generation.compute(
+    ...     predictions=["Paris is the capital of France."],
+    ...     references=[["The capital of France is Paris."]],
+    ...     passages=[["Paris is the capital and largest city of France."]],
+    ...     conversations=[[{"speaker": "user", "text": "What is the capital of France?"}]],
+    ...     answerabilities=["ANSWERABLE"],
+    ...     judge=LLM(FakeBackend(responder=reply), cache=False),
+    ... )
+    >>> results["rb_llm"], results["rl_f"], round(results["rb_alg"], 2)
+    (0.8, 1.0, 0.85)
+    >>> row = results["per_task"][0]
+    >>> row["idk"], row["rl_f_supported"], row["rl_f_total"], row["fallbacks"]["idk"]
+    (0.0, 1, 1, False)
+
+    An UNANSWERABLE task whose answer is not judged an "I don't know" scores 0 whatever its raw values:
+
+    >>> results = generation.compute(
+    ...     predictions=["It is Lyon."], references=["Sorry, I do not know."], passages=[[]],
+    ...     conversations=[[{"speaker": "user", "text": "Who won?"}]], answerabilities=[["UNANSWERABLE"]],
+    ...     judge=LLM(FakeBackend(responder=reply), cache=False), metrics=["rb_alg"],
+    ... )
+    >>> results["rb_alg"], results["per_task"][0]["k_precision"]
+    (0.0, 0.0)
+"""
+
+_FEATURES = [
+    datasets.Features({"predictions": datasets.Value("string"), "references": datasets.List(datasets.Value("string"))}),
+    datasets.Features({"predictions": datasets.Value("string"), "references": datasets.Value("string")}),
+]
+_SETTINGS = ("judge", "bertscore_model", "mode", "conditioning", "prompts", "metrics", "max_tokens")
+
+
+@evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
+class Generation(evaluate.Metric):
+    """IDK-conditioned RB_alg, RB_llm and RL_F (MTRAG generation evaluation)."""
+
+    def __init__(self, judge: Any = "default", bertscore_model: str | BertScorer | None = None,
+                 mode: str = "official", conditioning: str = "mtrag-un", prompts: Mapping[str, str] | None = None,
+                 metrics: Sequence[str] = CONDITIONED, max_tokens: Mapping[str, int] | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.settings = {"judge": judge, "bertscore_model": bertscore_model, "mode": mode,
+                         "conditioning": conditioning, "prompts": prompts, "metrics": tuple(metrics),
+                         "max_tokens": max_tokens}
+
+    def _info(self) -> evaluate.MetricInfo:
+        return evaluate.MetricInfo(
+            description=_DESCRIPTION,
+            citation=_CITATION,
+            inputs_description=_KWARGS_DESCRIPTION,
+            features=_FEATURES,
+            reference_urls=["https://github.com/IBM/mt-rag-benchmark", "https://github.com/Tiiiger/bert_score"],
+        )
+
+    def _compute(self, predictions: Sequence[str], references: Sequence[Any],
+                 passages: Sequence[Sequence[str]] | None = None,
+                 conversations: Sequence[Sequence[Mapping[str, str]]] | None = None,
+                 answerabilities: Sequence[Any] | None = None, domains: Sequence[str | None] | None = None,
+                 turns: Sequence[int | None] | None = None, task_ids: Sequence[str] | None = None,
+                 n_bootstrap: int = 1000, seed: int = 0, per_task: bool = True, progress: bool = False,
+                 **settings: Any) -> dict[str, Any]:
+        unknown = set(settings) - set(_SETTINGS)
+        if unknown:
+            raise ValueError(f"unknown argument(s) {sorted(unknown)}; settings: {list(_SETTINGS)}, prompt roles: "
+                             f"{sorted(DEFAULT_PROMPTS)}")
+        n = len(predictions)
+        columns = {"passages": passages, "conversations": conversations, "answerabilities": answerabilities,
+                   "domains": domains, "turns": turns, "task_ids": task_ids}
+        for name in ("passages", "conversations"):
+            if columns[name] is None:
+                raise ValueError(f"{name} is required (one entry per prediction)")
+        for name, col in columns.items():
+            if col is not None and len(col) != n:
+                raise ValueError(f"{name} has {len(col)} entries for {n} predictions")
+        tasks = [GenerationTask(
+            task_id=str(task_ids[i]) if task_ids is not None else str(i), prediction=predictions[i],
+            references=[references[i]] if isinstance(references[i], str) else list(references[i]),
+            passages=list(passages[i]), conversation=[dict(m) for m in conversations[i]],
+            answerability=answerabilities[i] if answerabilities is not None else None,
+            domain=domains[i] if domains is not None else None, turn=turns[i] if turns is not None else None,
+            passage_source="input",
+        ) for i in range(n)]  # fmt: skip
+        options = {**self.settings, **settings}
+        result = score_generation(tasks, n_bootstrap=n_bootstrap, seed=seed, progress=progress, **options)
+        summary = result.summary
+        out: dict[str, Any] = {m: summary["overall"].get(m, {}).get("mean") for m in options["metrics"]}
+        out["harmonic_of_means"] = summary["ranking"]["harmonic_of_means"]
+        per_task_harmonic = summary["ranking"]["mean_of_per_task_harmonic"]
+        out["mean_of_per_task_harmonic"] = per_task_harmonic["mean"] if per_task_harmonic else None
+        out["summary"] = summary
+        if per_task:
+            out["per_task"] = result.per_task
+        return out

@@ -1,0 +1,245 @@
+"""End-to-end MTRAG generation scoring: RB_alg, RB_llm and RL_F, conditioned on answerability.
+
+For every task: the algorithmic components (against the FIRST reference answer, as the official scorer uses
+``targets[0]``; further references are counted but not used), the IDK judge (always: conditioning needs it),
+the clarification judge (UNDERSPECIFIED tasks under the ``mtrag-un`` conditioning), RB_llm and RL_F; then each
+metric conditioned on the task's answerability and the per-task harmonic mean of the conditioned metrics.
+
+Modes: ``official`` applies the official 0.5 fallbacks for judge replies that cannot be parsed and counts them;
+``strict`` leaves every task with a judge fallback out of all aggregates (listed in
+``summary["counts"]["excluded_task_ids"]``). A metric that is undefined for a task (RL_F of an answer without
+claims, or after an RL_F failure) is left out of that metric's mean and of the per-task harmonic mean, and counted
+in ``summary["counts"]["undefined"]``, mirroring the official NaN handling.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from convrag.errors import DataError
+from convrag.llm import LLM, PromptTemplate
+
+from .aggregate import CONDITIONED, summarize
+from .components import (
+    CONDITIONING_VARIANTS,
+    BertScorer,
+    ComponentError,
+    condition,
+    harmonic_mean,
+    k_precision_batch,
+    needs_clarification,
+    normalize_answerability,
+    rb_alg,
+    recall_batch,
+    rouge_l,
+)
+from .judges import GenerationJudges, JudgeSpec
+
+MODES = ("official", "strict")
+METRICS = CONDITIONED
+
+
+@dataclass
+class GenerationTask:
+    """One generation task: the prediction for the last turn of ``conversation`` and what it is judged against.
+
+    ``conversation``: ``[{"speaker": "user"|"agent", "text": ...}]`` ending with the current user question;
+    ``references``: reference answers (the first is used); ``passages``: the texts the answer is checked against;
+    ``passage_source``: where the passages came from (``prediction`` contexts, ``reference`` passages, ...).
+    """
+
+    task_id: str
+    prediction: str
+    references: list[str]
+    passages: list[str]
+    conversation: list[dict[str, str]]
+    answerability: str | None = None
+    domain: str | None = None
+    turn: int | None = None
+    passage_source: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class GenerationResult:
+    """Per-task rows (every component) and the summary (means, CIs, breakdowns, ranking, counts, settings)."""
+
+    per_task: list[dict[str, Any]]
+    summary: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"summary": self.summary, "per_task": self.per_task}
+
+
+def _check_tasks(tasks: Sequence[GenerationTask], metrics: Sequence[str]) -> None:
+    seen: set[str] = set()
+    for i, t in enumerate(tasks, start=1):
+        where = f"task {t.task_id!r}"
+        if not isinstance(t.task_id, str) or not t.task_id:
+            raise DataError("task_id must be a non-empty string", "tasks", i)
+        if t.task_id in seen:
+            raise DataError(f"{where} appears twice", "tasks", i)
+        seen.add(t.task_id)
+        if not isinstance(t.prediction, str):
+            raise DataError(f"{where}: prediction must be a string, got {type(t.prediction).__name__}", "tasks", i)
+        if not t.conversation or not all(isinstance(m, Mapping) and "speaker" in m and "text" in m
+                                         for m in t.conversation):
+            raise DataError(f"{where}: conversation must be a non-empty list of {{speaker, text}}", "tasks", i)
+        if not all(isinstance(p, str) for p in t.passages):
+            raise DataError(f"{where}: passages must be strings", "tasks", i)
+        if not t.references and ("rb_alg" in metrics or "rb_llm" in metrics):
+            raise DataError(f"{where}: no reference answer (rb_alg and rb_llm need one)", "tasks", i)
+        try:
+            t.answerability = normalize_answerability(t.answerability)
+        except ComponentError as exc:
+            raise DataError(f"{where}: {exc}", "tasks", i) from exc
+
+
+def _algorithmic(tasks: Sequence[GenerationTask], scorer: BertScorer) -> list[dict[str, float]]:
+    preds = [t.prediction for t in tasks]
+    refs = [t.references[0] for t in tasks]
+    recalls = recall_batch(preds, refs, scorer)
+    kprec = k_precision_batch(preds, [t.passages for t in tasks], scorer)
+    out = []
+    for t, r, k in zip(tasks, recalls, kprec, strict=True):
+        rouge = rouge_l(t.prediction, t.references[0])
+        out.append({"recall": r, "rouge_l": rouge, "k_precision": k, "rb_alg_raw": rb_alg(r, rouge, k)})
+    return out
+
+
+def _judge_task(judges: GenerationJudges, t: GenerationTask, metrics: Sequence[str],
+                conditioning: str) -> dict[str, Any]:
+    row: dict[str, Any] = {}
+    idk = judges.idk(t.conversation, t.prediction)
+    row.update(idk=idk.value, idk_label=idk.label, idk_output=idk.raw)
+    fallbacks: dict[str, bool | None] = {"idk": idk.fallback, "clarification": None, "rb_llm": None, "rl_f": None}
+    errors: dict[str, Any] = {"idk": idk.error}
+    row.update(clarification=None, clarification_decision=None, clarification_explanation=None,
+               clarification_output=None)
+    if needs_clarification(t.answerability, conditioning):
+        c = judges.clarification(t.conversation, t.prediction)
+        row.update(clarification=c.value, clarification_decision=c.decision,
+                   clarification_explanation=c.explanation, clarification_output=c.raw)
+        fallbacks["clarification"], errors["clarification"] = c.fallback, c.error
+    row.update(rb_llm_raw=None, rb_llm_ratings=None, rb_llm_judges=None, rb_llm_outputs=None)
+    if "rb_llm" in metrics:
+        r = judges.rb_llm(t.conversation, t.references[0], t.prediction, t.passages)
+        row.update(rb_llm_raw=r.value, rb_llm_ratings=r.ratings, rb_llm_judges=r.judges, rb_llm_outputs=r.raw)
+        fallbacks["rb_llm"], errors["rb_llm"] = r.fallback, [e for e in r.errors if e] or None
+    row.update(rl_f_raw=None, rl_f_claims=None, rl_f_verdicts=None, rl_f_supported=None, rl_f_total=None,
+               rl_f_note=None, rl_f_outputs=None)
+    if "rl_f" in metrics:
+        f = judges.rl_f(t.conversation, t.prediction, t.passages)
+        row.update(rl_f_raw=f.value, rl_f_claims=f.claims, rl_f_verdicts=f.verdicts, rl_f_supported=f.supported,
+                   rl_f_total=len(f.claims), rl_f_note=f.note, rl_f_outputs=f.raw)
+        fallbacks["rl_f"], errors["rl_f"] = f.fallback, f.error
+    row["fallbacks"] = fallbacks
+    row["errors"] = {k: v for k, v in errors.items() if v}
+    return row
+
+
+def _make_scorer(bertscore_model: str | BertScorer | None) -> BertScorer:
+    return bertscore_model if isinstance(bertscore_model, BertScorer) else BertScorer(bertscore_model)
+
+
+def score_generation(tasks: Sequence[GenerationTask], judge: JudgeSpec | Sequence[JudgeSpec] = "default",
+                     bertscore_model: str | BertScorer | None = None, mode: str = "official",
+                     conditioning: str = "mtrag-un", prompts: Mapping[str, str | PromptTemplate] | None = None,
+                     metrics: Sequence[str] = METRICS, n_bootstrap: int = 1000, seed: int = 0,
+                     progress: bool = True, max_tokens: Mapping[str, int] | None = None,
+                     concurrency: int = 4) -> GenerationResult:
+    """Score generated answers; see the module docstring for the definitions, modes and undefined values.
+
+    ``judge``: an LLM spec (``"default"``, ``"openai:MODEL@URL"``, ...), an :class:`~convrag.llm.LLM`, or a list
+    of them (RB_llm takes the median over all; the other judges use the first). ``bertscore_model``: a model path
+    or name, or a ready :class:`BertScorer` (default: the bundled MiniLM). ``prompts``: replacement prompts by
+    role (``idk``, ``clarification``, ``rb_llm``, ``faithfulness_claims``, ``faithfulness_verdicts``), each a
+    prompt name or a YAML file path. ``metrics``: a subset of ``("rb_alg", "rb_llm", "rl_f")``.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; use one of {MODES}")
+    if conditioning not in CONDITIONING_VARIANTS:
+        raise ValueError(f"unknown conditioning {conditioning!r}; use one of {CONDITIONING_VARIANTS}")
+    metrics = tuple(metrics)
+    if not metrics or set(metrics) - set(METRICS) or len(set(metrics)) != len(metrics):
+        raise ValueError(f"metrics must be distinct names from {METRICS}, got {list(metrics)}")
+    tasks = list(tasks)
+    _check_tasks(tasks, metrics)
+    judges = GenerationJudges(judge, prompts=prompts, max_tokens=max_tokens)
+    t0 = time.perf_counter()
+    scorer = _make_scorer(bertscore_model) if "rb_alg" in metrics else None
+    algo = _algorithmic(tasks, scorer) if scorer is not None and tasks else [{} for _ in tasks]
+    t_algo = time.perf_counter() - t0
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(tasks), desc="judging", unit="task")
+
+    def judge_one(t: GenerationTask) -> dict[str, Any]:
+        out = _judge_task(judges, t, metrics, conditioning)
+        if bar is not None:
+            bar.update(1)
+        return out
+
+    workers = 1 if all(not getattr(llm.backend, "parallel", True) for llm in judges.llms) else concurrency
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        judged = list(pool.map(judge_one, tasks))
+    if bar is not None:
+        bar.close()
+
+    rows = []
+    for t, a, j in zip(tasks, algo, judged, strict=True):
+        row: dict[str, Any] = {
+            "task_id": t.task_id, "answerability": t.answerability, "domain": t.domain, "turn": t.turn,
+            "passage_source": t.passage_source, "n_passages": len(t.passages), "n_references": len(t.references),
+            "recall": a.get("recall"), "rouge_l": a.get("rouge_l"), "k_precision": a.get("k_precision"),
+            "rb_alg_raw": a.get("rb_alg_raw"), **j,
+        }
+        clar = row["clarification"]
+        for m in metrics:
+            row[m] = condition(row[f"{m}_raw"], t.answerability, row["idk"], clar, conditioning)
+        for m in METRICS:
+            row.setdefault(m, None)
+        values = [row[m] for m in metrics]
+        row["harmonic"] = None if any(v is None for v in values) else harmonic_mean(values)
+        row["excluded"] = mode == "strict" and any(row["fallbacks"].values())
+        row["extra"] = dict(t.extra)
+        rows.append(row)
+
+    summary = summarize(rows, metrics=metrics, mode=mode, n_bootstrap=n_bootstrap, seed=seed)
+    summary.update(
+        conditioning=conditioning,
+        bertscore=scorer.describe() if scorer is not None else None,
+        judge=judges.describe(),
+        llm_report=_report(judges.llms),
+        seconds={"algorithmic": round(t_algo, 3), "total": round(time.perf_counter() - t0, 3)},
+        n_bootstrap=n_bootstrap, seed=seed,
+    )
+    return GenerationResult(per_task=rows, summary=summary)
+
+
+def _report(llms: Sequence[LLM]) -> dict[str, Any]:
+    """Each judge's LLM report (calls, failures, cache hits, tokens), keyed by spec."""
+    out: dict[str, Any] = {}
+    for i, llm in enumerate(llms):
+        d = llm.report.to_dict()
+        out[llm.spec if llm.spec not in out else f"{i}:{llm.spec}"] = {
+            k: d[k] for k in ("calls", "successes", "retries", "structured_retries", "repairs", "failures",
+                              "cache_hits", "cache_misses", "prompt_tokens", "completion_tokens", "cost_usd",
+                              "backend_seconds", "errors", "failure_messages")}
+    return out
+
+
+def task_from_dict(d: Mapping[str, Any]) -> GenerationTask:
+    """A :class:`GenerationTask` from a mapping with its field names (e.g. a row of ``per_task``-like input)."""
+    known = {f for f in GenerationTask.__dataclass_fields__}
+    return GenerationTask(**{k: v for k, v in d.items() if k in known})
+
+
+__all__ = ["GenerationResult", "GenerationTask", "MODES", "METRICS", "score_generation", "task_from_dict"]
