@@ -16,7 +16,7 @@ from .conftest import DATA
 DEV = DATA / "hotpotqa" / "hotpot_dev_distractor_v1.first30.json"
 
 
-@pytest.mark.parametrize("command", [[], ["build"], ["evaluate"], ["push"], ["list"]])
+@pytest.mark.parametrize("command", [[], ["build"], ["evaluate"], ["evaluate-generation"], ["push"], ["list"]])
 def test_help_for_every_subcommand(command):
     proc = subprocess.run([sys.executable, "-m", "convrag.cli", *command, "--help"], capture_output=True, text=True)
     assert proc.returncode == 0 and "usage: convrag" in proc.stdout
@@ -89,3 +89,18 @@ def test_evaluate_all_four_baselines_main_job(built, tmp_path, capsys):
     assert results["systems"]["dense"]["config"]["name"] == "dense"
     assert len(results["significance"]) == 6 * 5
     assert "## hybrid by question_type" in capsys.readouterr().out
+
+
+def test_evaluate_recor_folder_dispatches_to_the_recor_tables(tmp_path, capsys):
+    out = tmp_path / "recor"
+    assert main(["build", "recor", "--source", str(DATA / "recor" / "sample"), "--out", str(out)]) == 0
+    res = tmp_path / "res"
+    assert main(["evaluate", str(out), "--retrievers", "bm25", "--strategies", "baseline,history",
+                 "--bootstrap", "50", "--no-progress", "--out", str(res)]) == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "Table 19" in printed and "Failure analysis" in printed
+    results = json.loads((res / "results.json").read_text())
+    assert results["benchmark"] == "recor"
+    assert (res / "turn_position.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["evaluate", str(out), "--retrievers", "bm25", "--strategies", "nope", "--out", str(res)]) == 2
+    assert "nope" in capsys.readouterr().err
