@@ -200,6 +200,9 @@ def evaluate_recor(
         for d in data.values():
             retriever.index(d.corpus, show_progress=progress)
             qids = [t.qid for t in d.turns]
+            if not any(v > 0 for q in qids for v in d.qrels.get(q, {}).values()):
+                excluded[d.domain] = qids  # no turn of the domain has a relevant document: nothing to score
+                continue
             for s in strategies:
                 run = retriever.search({q: texts[s][q] for q in qids}, top_k=TOP_K, show_progress=progress)
                 result = score_run(run, {q: d.qrels.get(q, {}) for q in qids}, measures=list(MEASURES))
