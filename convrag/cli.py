@@ -157,7 +157,8 @@ def _evaluate_recor(args: argparse.Namespace, manifest: dict[str, Any]) -> int:
         kwargs["strategies"] = [s for s in args.strategies.split(",") if s]
     results = evaluate_recor(
         args.folder, retrievers=retrievers, llm=args.llm, n_bootstrap=args.bootstrap, seed=args.seed,
-        retriever_options=_dense_options(retrievers, args.dense_model), progress=not args.no_progress, **kwargs,
+        retriever_options=_dense_options(retrievers, args.dense_model), progress=not args.no_progress,
+        on_rewrite_failure="baseline" if args.rewrite_fallback else "error", **kwargs,
     )  # fmt: skip
     results = {"benchmark": "recor", "build_options": manifest.get("options", {}), **results}
     report = render_tables(results, digits=args.digits)
@@ -251,6 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategies", help="RECOR: query strategies (default: baseline,rewrite,reasoning,history,"
                                         "history+reasoning)")
     p.add_argument("--llm", default="default", help="RECOR: LLM spec for query rewriting (default: local SmolLM2)")
+    p.add_argument("--rewrite-fallback", action="store_true",
+                   help="RECOR: a failed rewrite uses the plain turn query (listed in the results) instead of an error")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("evaluate-generation",
