@@ -84,8 +84,7 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, metrics: Sequence[str], mode
         "excluded_task_ids": [r["task_id"] for r in rows if r["excluded"]],
         "fallbacks": {j: sum(1 for r in rows if r["fallbacks"].get(j)) for j in judges},
         "tasks_with_fallback": sum(1 for r in rows if any(r["fallbacks"].values())),
-        "undefined": {m: sum(1 for r in included if m in metrics and r.get(m) is None)
-                      for m in CONDITIONED},
+        "undefined": {m: sum(1 for r in included if r.get(m) is None) for m in CONDITIONED if m in metrics},
         "clarification_asked": sum(1 for r in rows if r.get("clarification") is not None),
     }
     return {

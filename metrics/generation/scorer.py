@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from convrag.errors import DataError
@@ -75,8 +75,10 @@ class GenerationResult:
         return {"summary": self.summary, "per_task": self.per_task}
 
 
-def _check_tasks(tasks: Sequence[GenerationTask], metrics: Sequence[str]) -> None:
+def _check_tasks(tasks: Sequence[GenerationTask], metrics: Sequence[str]) -> list[GenerationTask]:
+    """The tasks with normalised answerability labels; bad tasks raise DataError naming their position."""
     seen: set[str] = set()
+    out = []
     for i, t in enumerate(tasks, start=1):
         where = f"task {t.task_id!r}"
         if not isinstance(t.task_id, str) or not t.task_id:
@@ -94,9 +96,10 @@ def _check_tasks(tasks: Sequence[GenerationTask], metrics: Sequence[str]) -> Non
         if not t.references and ("rb_alg" in metrics or "rb_llm" in metrics):
             raise DataError(f"{where}: no reference answer (rb_alg and rb_llm need one)", "tasks", i)
         try:
-            t.answerability = normalize_answerability(t.answerability)
+            out.append(replace(t, answerability=normalize_answerability(t.answerability)))
         except ComponentError as exc:
             raise DataError(f"{where}: {exc}", "tasks", i) from exc
+    return out
 
 
 def _algorithmic(tasks: Sequence[GenerationTask], scorer: BertScorer) -> list[dict[str, float]]:
@@ -158,7 +161,9 @@ def score_generation(tasks: Sequence[GenerationTask], judge: JudgeSpec | Sequenc
     of them (RB_llm takes the median over all; the other judges use the first). ``bertscore_model``: a model path
     or name, or a ready :class:`BertScorer` (default: the bundled MiniLM). ``prompts``: replacement prompts by
     role (``idk``, ``clarification``, ``rb_llm``, ``faithfulness_claims``, ``faithfulness_verdicts``), each a
-    prompt name or a YAML file path. ``metrics``: a subset of ``("rb_alg", "rb_llm", "rl_f")``.
+    prompt name or a YAML file path. ``metrics``: a subset of ``("rb_alg", "rb_llm", "rl_f")`` (the IDK judge
+    always runs). ``max_tokens``: reply limits per judge role (see ``judges.DEFAULT_MAX_TOKENS``).
+    ``concurrency``: tasks judged at once (1 for in-process backends that serialise calls).
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; use one of {MODES}")
@@ -167,8 +172,7 @@ def score_generation(tasks: Sequence[GenerationTask], judge: JudgeSpec | Sequenc
     metrics = tuple(metrics)
     if not metrics or set(metrics) - set(METRICS) or len(set(metrics)) != len(metrics):
         raise ValueError(f"metrics must be distinct names from {METRICS}, got {list(metrics)}")
-    tasks = list(tasks)
-    _check_tasks(tasks, metrics)
+    tasks = _check_tasks(list(tasks), metrics)
     judges = GenerationJudges(judge, prompts=prompts, max_tokens=max_tokens)
     t0 = time.perf_counter()
     scorer = _make_scorer(bertscore_model) if "rb_alg" in metrics else None
