@@ -185,7 +185,7 @@ def cmd_evaluate_generation(args: argparse.Namespace) -> int:
         import datasets
 
         rows = datasets.load_dataset(str(source), args.config, split=args.split).to_list()
-        tasks = tasks_from_rows(rows, args.predictions)
+        tasks = tasks_from_rows(rows, args.predictions, allow_missing=args.allow_missing)
     else:
         raise ConvragError(f"{source}: no such file or folder")
     judges = [j for j in args.judge.split(",") if j]
@@ -263,6 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--predictions", help="official submission .jsonl: task_id + predictions[0].text (+ contexts)")
     p.add_argument("--config", default="all-tasks", help="tasks config of the built folder (default: all-tasks)")
     p.add_argument("--split", default="test", help="split of the tasks config (default: test)")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="score only the tasks that have a prediction (the others are counted); default: error")
     p.add_argument("--judge", default="default",
                    help="LLM spec of the judge; several comma-separated = median / ensemble (default: local SmolLM2)")
     p.add_argument("--bertscore-model", help="BERTScore model path or name (default: all-MiniLM-L6-v2 from its "

@@ -104,3 +104,29 @@ def test_evaluate_recor_folder_dispatches_to_the_recor_tables(tmp_path, capsys):
     assert (res / "turn_position.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["evaluate", str(out), "--retrievers", "bm25", "--strategies", "nope", "--out", str(res)]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+RESPONSES = DATA / "mtrag" / "scripts" / "evaluation" / "sample_data" / "responses-10.jsonl"
+
+
+def test_evaluate_generation_on_a_built_tasks_config_and_a_submission(tmp_path, capsys):
+    from convrag.export import export_benchmark
+
+    folder = tmp_path / "mtrag"
+    export_benchmark("mtrag", folder, configs=["all-tasks"], options={"source": str(DATA / "mtrag")})
+    predictions = tmp_path / "submission.jsonl"
+    lines = [json.loads(line) for line in RESPONSES.read_text().splitlines()]
+    predictions.write_text("".join(json.dumps({"task_id": r["task_id"], "predictions": r["predictions"]}) + "\n"
+                                   for r in lines))  # fmt: skip
+    out = tmp_path / "res"
+    args = ["evaluate-generation", str(folder), "--predictions", str(predictions), "--judge", "fake",
+            "--metrics", "rb_alg", "--bootstrap", "50", "--no-progress", "--out", str(out)]  # fmt: skip
+    assert main(args) == 2
+    assert "have no prediction" in capsys.readouterr().err
+    assert main([*args, "--allow-missing"]) == 0
+    assert "RB_alg" in capsys.readouterr().out
+    rows = [json.loads(line) for line in (out / "per_task.jsonl").read_text().splitlines()]
+    assert sorted(r["task_id"] for r in rows) == sorted(r["task_id"].replace("::", "<::>") for r in lines)
+    assert all(r["passage_source"] == "reference" for r in rows)
+    results = json.loads((out / "results.json").read_text())
+    assert results["counts"]["missing_predictions"] == 842 - 10
