@@ -14,6 +14,12 @@ SAMPLE_FIELDS = {
     "query_rewrite": {"history": [{"role": "user", "text": "Who wrote Dune?"}], "question": "When was he born?"},
     "relevance_judge": {"query": "q", "passage": "p"},
     "pairwise_judge": {"question": "q", "candidates": ["a", "b"]},
+    "gen_idk": {"conversation": "user: q", "response": "r"},
+    "gen_clarification": {"conversation": "user: q", "response": "r"},
+    "gen_rb_llm": {"previous_conversation": "", "question": "q", "reference": "a", "response": "r",
+                   "passages": ["p1", "p2"]},
+    "gen_faithfulness_claims": {"question": "user: q", "response": "r"},
+    "gen_faithfulness_verdicts": {"passages": ["p"], "claims": ["c1", "c2"]},
 }
 
 
