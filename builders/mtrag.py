@@ -20,6 +20,7 @@ configs a source can build (a folder without corpora builds everything but ``*-c
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +57,12 @@ def config_name(domain: str, view: str) -> str:
     return f"{domain}-{view}"
 
 
+def make_configs(label: str, views: tuple[str, ...]) -> list[MTRAGConfig]:
+    """One config per domain (and ``all``) and view."""
+    return [MTRAGConfig(name=config_name(d, v), domain=d, view=v, description=f"{label} {v} ({d})")
+            for d in DOMAIN_NAMES for v in views]  # fmt: skip
+
+
 def _domains(domain: str) -> tuple[str, ...]:
     return DOMAINS if domain == ALL else (domain,)
 
@@ -76,82 +83,122 @@ def required_files(domain: str, view: str) -> list[str]:
     return ["conversations"]
 
 
-class MTRAG(BenchmarkBuilder):
-    """Builder of MTRAG conversations, tasks, query views, qrels and corpora."""
+class MTRAGFamily(BenchmarkBuilder):
+    """What the MTRAG and MTRAG-UN builders share: ``<domain>-<view>`` configs over the four domains and ``all``,
+    source location, the build report, and the ``tasks``, ``qrels``, ``corpus`` and ``cited-corpus`` views.
 
-    BENCHMARK = "mtrag"
-    CARD = "mtrag.md"
-    DEFAULT_SOURCES = mtrag_paths()
-    VERSION = datasets.Version("1.0.0")
+    A subclass gives ``LABEL``, ``VIEW_NAMES``, ``FEATURES``, ``DESCRIPTION``, ``layout`` (source name -> path in
+    the upstream repository), ``required_files`` / ``needed_files`` (per domain and view), ``parse`` (files ->
+    parsed data with ``tasks``, ``qrels``, ``cited``, ``events``) and ``view_rows`` for its query views.
+    """
+
     BUILDER_CONFIG_CLASS = MTRAGConfig
-    BUILDER_CONFIGS = [
-        MTRAGConfig(name=config_name(d, v), domain=d, view=v, description=f"MTRAG {v} ({d})")
-        for d in DOMAIN_NAMES for v in VIEW_NAMES
-    ]  # fmt: skip
+    VERSION = datasets.Version("1.0.0")
     DEFAULT_CONFIG_NAME = "all-tasks"
+    LABEL = ""
+    DESCRIPTION = ""
+    VIEW_NAMES: tuple[str, ...] = ()
+    FEATURES: dict[str, Features] = {}
+
+    @staticmethod
+    def layout() -> dict[str, str]:
+        raise NotImplementedError
+
+    @staticmethod
+    def required_files(domain: str, view: str) -> list[str]:
+        raise NotImplementedError
+
+    @staticmethod
+    def needed_files(domain: str, view: str) -> list[str]:
+        raise NotImplementedError
+
+    @staticmethod
+    def parse(files: dict[str, str | None]) -> Any:
+        raise NotImplementedError
+
+    def view_rows(self, data: Any, view: str, wanted: tuple[str, ...]) -> Iterator[tuple[str, dict[str, Any]]]:
+        raise NotImplementedError
 
     @classmethod
     def default_configs(cls, options: dict[str, Any] | None = None) -> list[str]:
         """Configs that ``options['source']`` can build (all of them for URL sources)."""
-        located = locate((options or {}).get("source"), mtrag_paths())
+        located = locate((options or {}).get("source"), cls.layout())
         return [c.name for c in cls.BUILDER_CONFIGS
-                if all(located.get(n) for n in required_files(c.domain, c.view))]  # fmt: skip
+                if all(located.get(n) for n in cls.required_files(c.domain, c.view))]  # fmt: skip
 
     def _info(self) -> datasets.DatasetInfo:
         return datasets.DatasetInfo(
-            description="MTRAG: multi-turn conversational RAG benchmark (IBM), conversations, tasks and "
-            "retrieval views.",
-            features=FEATURES[self.config.view],
+            description=self.DESCRIPTION,
+            features=self.FEATURES[self.config.view],
             homepage="https://github.com/IBM/mt-rag-benchmark",
             license="apache-2.0",
         )
 
     def _split_generators(self, dl_manager: datasets.DownloadManager) -> list[datasets.SplitGenerator]:
         domain, view = self.config.domain, self.config.view
-        if domain not in DOMAIN_NAMES or view not in VIEW_NAMES:
-            raise DataError(f"unknown MTRAG config domain={domain!r} view={view!r}")
-        located = locate(self.config.source, mtrag_paths())
-        missing = [n for n in required_files(domain, view) if not located.get(n)]
+        if domain not in DOMAIN_NAMES or view not in self.VIEW_NAMES:
+            raise DataError(f"unknown {self.LABEL} config domain={domain!r} view={view!r}")
+        located = locate(self.config.source, self.layout())
+        missing = [n for n in self.required_files(domain, view) if not located.get(n)]
         if missing:
             hint = " (the corpora are separate downloads; `cited-corpus` configs work without them)" \
                 if view == "corpus" else ""  # fmt: skip
             raise DataError(f"config {self.config.name} needs {missing}, not found in the source{hint}",
                             str(self.config.source))  # fmt: skip
-        files = fetch(located, needed_files(domain, view), dl_manager)
+        files = fetch(located, self.needed_files(domain, view), dl_manager)
         if view != "corpus":
-            data = mp.parse_mtrag(files)  # parse and check here, so errors surface unwrapped
+            data = self.parse(files)  # parse and check here, so errors surface unwrapped
+            examples = getattr(data, "examples", {})
             for event, count in data.events.items():
                 self.report.counts[event] = count
-                if data.examples.get(event):
-                    self.report.examples[event] = list(data.examples[event])
+                if examples.get(event):
+                    self.report.examples[event] = list(examples[event])
         return [datasets.SplitGenerator(name=SPLIT, gen_kwargs={"files": files})]
 
-    def _generate_examples(self, files: dict[str, str | None]):
-        domain, view = self.config.domain, self.config.view
-        wanted = _domains(domain)
+    def _generate_examples(self, files: dict[str, str | None]) -> Iterator[tuple[str, dict[str, Any]]]:
+        view, wanted = self.config.view, _domains(self.config.domain)
         if view == "corpus":
             for d in wanted:
                 for row in iter_corpus(files[f"{d}-corpus"]):
                     yield f"{d}:{row['_id']}", {**row, "domain": d}
             return
-        data = mp.parse_mtrag(files)
-        if view == "conversations":
-            for row in data.conversations:
-                if row["domain"] in wanted:
-                    yield row["conversation_id"], row
-        elif view == "tasks":
-            for row in data.tasks:
-                if row["domain"] in wanted:
-                    yield row["task_id"], row
-        elif view in VIEWS:
-            for d in wanted:
-                for row in data.queries.get(d, {}).get(view, []):
-                    yield row["_id"], row
+        data = self.parse(files)
+        if view == "tasks":
+            yield from ((row["task_id"], row) for row in data.tasks if row["domain"] in wanted)
         elif view == "qrels":
             for d in wanted:
                 for row in data.qrels.get(d, []):
                     yield f"{row['query-id']}:{row['corpus-id']}", row
-        else:  # cited-corpus
+        elif view == "cited-corpus":
             for d in wanted:
                 for doc_id in sorted(data.cited.get(d, {})):
                     yield f"{d}:{doc_id}", data.cited[d][doc_id]
+        else:
+            yield from self.view_rows(data, view, wanted)
+
+
+class MTRAG(MTRAGFamily):
+    """Builder of MTRAG conversations, tasks, query views, qrels and corpora."""
+
+    BENCHMARK = "mtrag"
+    CARD = "mtrag.md"
+    LABEL = "MTRAG"
+    DESCRIPTION = "MTRAG: multi-turn conversational RAG benchmark (IBM), conversations, tasks and retrieval views."
+    DEFAULT_SOURCES = mtrag_paths()
+    VIEW_NAMES = VIEW_NAMES
+    FEATURES = FEATURES
+    BUILDER_CONFIGS = make_configs(LABEL, VIEW_NAMES)
+    layout = staticmethod(mtrag_paths)
+    required_files = staticmethod(required_files)
+    needed_files = staticmethod(needed_files)
+    parse = staticmethod(mp.parse_mtrag)
+
+    def view_rows(self, data: Any, view: str, wanted: tuple[str, ...]) -> Iterator[tuple[str, dict[str, Any]]]:
+        """``conversations`` and the released query views."""
+        if view == "conversations":
+            yield from ((row["conversation_id"], row) for row in data.conversations if row["domain"] in wanted)
+        else:
+            for d in wanted:
+                for row in data.queries.get(d, {}).get(view, []):
+                    yield row["_id"], row
+

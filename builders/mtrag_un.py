@@ -23,24 +23,20 @@ from __future__ import annotations
 import functools
 import os
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import datasets
 from datasets import Features, List
 
-from convrag.builder_base import BenchmarkBuilder
 from convrag.errors import DataError
 from convrag.jsonl import read_jsonl
 
 from . import mtrag_parse as mp
-from .mtrag import ALL, DOMAIN_NAMES, SPLIT, MTRAGConfig, config_name
+from .mtrag import ALL, MTRAGFamily, make_configs
 from .mtrag_source import (
     COLLECTIONS,
     DOMAINS,
-    fetch,
-    iter_corpus,
-    locate,
     mtrag_un_paths,
     normalize_domain,
     normalize_task_id,
@@ -176,6 +172,7 @@ def _task(obj: dict, path: str, line: int, seen: dict[str, int], data: UNData) -
 
 
 def required_files(domain: str, view: str) -> list[str]:
+    """Source names without which a config cannot be built."""
     doms = DOMAINS if domain == ALL else (domain,)
     if view == "corpus":
         return [f"{d}-corpus" for d in doms]
@@ -184,74 +181,28 @@ def required_files(domain: str, view: str) -> list[str]:
     return ["reference"]
 
 
-class MTRAGUN(BenchmarkBuilder):
+def needed_files(domain: str, view: str) -> list[str]:
+    """Source names a config reads: every domain's qrels mark the scored tasks of any view."""
+    return required_files(domain, view) if view == "corpus" else ["reference"] + [f"{d}-qrels" for d in DOMAINS]
+
+
+class MTRAGUN(MTRAGFamily):
     """Builder of the MTRAGEval (SemEval-2026 Task 8) MTRAG-UN test tasks and retrieval views."""
 
     BENCHMARK = "mtrag-un"
     CARD = "mtrag-un.md"
+    LABEL = "MTRAG-UN"
+    DESCRIPTION = "MTRAG-UN test tasks of SemEval-2026 Task 8 (MTRAGEval) with retrieval views."
     DEFAULT_SOURCES = mtrag_un_paths()
-    VERSION = datasets.Version("1.0.0")
-    BUILDER_CONFIG_CLASS = MTRAGConfig
-    BUILDER_CONFIGS = [
-        MTRAGConfig(name=config_name(d, v), domain=d, view=v, description=f"MTRAG-UN {v} ({d})")
-        for d in DOMAIN_NAMES for v in VIEW_NAMES
-    ]  # fmt: skip
-    DEFAULT_CONFIG_NAME = "all-tasks"
+    VIEW_NAMES = VIEW_NAMES
+    FEATURES = FEATURES
+    BUILDER_CONFIGS = make_configs(LABEL, VIEW_NAMES)
+    layout = staticmethod(mtrag_un_paths)
+    required_files = staticmethod(required_files)
+    needed_files = staticmethod(needed_files)
+    parse = staticmethod(parse_un)
 
-    @classmethod
-    def default_configs(cls, options: dict[str, Any] | None = None) -> list[str]:
-        """Configs that ``options['source']`` can build (all of them for URL sources)."""
-        located = locate((options or {}).get("source"), mtrag_un_paths())
-        return [c.name for c in cls.BUILDER_CONFIGS
-                if all(located.get(n) for n in required_files(c.domain, c.view))]  # fmt: skip
+    def view_rows(self, data: Any, view: str, wanted: tuple[str, ...]) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The ``lastturn`` / ``questions`` views written from the tasks."""
+        yield from ((row["_id"], row) for row in data.queries.get(view, []) if row["domain"] in wanted)
 
-    def _info(self) -> datasets.DatasetInfo:
-        return datasets.DatasetInfo(
-            description="MTRAG-UN test tasks of SemEval-2026 Task 8 (MTRAGEval) with retrieval views.",
-            features=FEATURES[self.config.view],
-            homepage="https://github.com/IBM/mt-rag-benchmark",
-            license="apache-2.0",
-        )
-
-    def _split_generators(self, dl_manager: datasets.DownloadManager) -> list[datasets.SplitGenerator]:
-        domain, view = self.config.domain, self.config.view
-        if domain not in DOMAIN_NAMES or view not in VIEW_NAMES:
-            raise DataError(f"unknown MTRAG-UN config domain={domain!r} view={view!r}")
-        located = locate(self.config.source, mtrag_un_paths())
-        missing = [n for n in required_files(domain, view) if not located.get(n)]
-        if missing:
-            raise DataError(f"config {self.config.name} needs {missing}, not found in the source",
-                            str(self.config.source))  # fmt: skip
-        names = required_files(domain, view) if view == "corpus" else \
-            ["reference"] + [f"{d}-qrels" for d in DOMAINS]  # fmt: skip
-        files = fetch(located, names, dl_manager)
-        if view != "corpus":
-            data = parse_un(files)  # parse and check here, so errors surface unwrapped
-            self.report.counts.update(data.events)
-        return [datasets.SplitGenerator(name=SPLIT, gen_kwargs={"files": files})]
-
-    def _generate_examples(self, files: dict[str, str | None]):
-        domain, view = self.config.domain, self.config.view
-        wanted = DOMAINS if domain == ALL else (domain,)
-        if view == "corpus":
-            for d in wanted:
-                for row in iter_corpus(files[f"{d}-corpus"]):
-                    yield f"{d}:{row['_id']}", {**row, "domain": d}
-            return
-        data = parse_un(files)
-        if view == "tasks":
-            for row in data.tasks:
-                if row["domain"] in wanted:
-                    yield row["task_id"], row
-        elif view in UN_VIEWS:
-            for row in data.queries.get(view, []):
-                if row["domain"] in wanted:
-                    yield row["_id"], row
-        elif view == "qrels":
-            for d in wanted:
-                for row in data.qrels.get(d, []):
-                    yield f"{row['query-id']}:{row['corpus-id']}", row
-        else:  # cited-corpus
-            for d in wanted:
-                for doc_id in sorted(data.cited.get(d, {})):
-                    yield f"{d}:{doc_id}", data.cited[d][doc_id]

@@ -3,7 +3,6 @@ ranking figures, outputs and tables; the evaluate module, its doctests and its c
 
 from __future__ import annotations
 
-import doctest
 import functools
 import json
 from pathlib import Path
@@ -15,6 +14,7 @@ from convrag.metrics.generation.scorer import GenerationTask, score_generation
 from convrag.errors import DataError
 from convrag.evaluation.generation import evaluate_generation, render_tables, write_outputs
 
+from .metric_module_checks import check_kwargs_doctests, check_metric_card
 from .test_generation_judges import fake_llm, verdicts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -234,26 +234,11 @@ def test_evaluate_module_settings_at_load_and_errors() -> None:
                        conversations=[[{"speaker": "user", "text": "q"}]], judges="x")
 
 
-def test_evaluate_module_doctests(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_evaluate_module_doctests() -> None:
     import convrag.metrics.generation.generation as module
 
-    monkeypatch.chdir(REPO)
-    test = doctest.DocTestParser().get_doctest(module._KWARGS_DESCRIPTION, {}, "_KWARGS_DESCRIPTION",
-                                               module.__file__, 0)
-    runner = doctest.DocTestRunner()
-    runner.run(test)
-    assert runner.summarize(verbose=False) == (0, len(test.examples)) and test.examples
+    check_kwargs_doctests(module)
 
 
-def test_metric_card_examples_and_front_matter(monkeypatch: pytest.MonkeyPatch) -> None:
-    import yaml
-
-    card = REPO / "metrics" / "generation" / "README.md"
-    monkeypatch.chdir(REPO)
-    result = doctest.testfile(str(card), module_relative=False)
-    assert result.attempted > 0 and result.failed == 0
-    meta = yaml.safe_load(card.read_text(encoding="utf-8").split("---")[1])
-    assert meta["sdk"] == "gradio" and meta["app_file"] == "app.py"
-    assert {"evaluate", "metric"} <= set(meta["tags"]) and meta["title"] and meta["emoji"] and meta["description"]
-    assert (REPO / "metrics" / "generation" / "app.py").exists()
-    assert "bert-score" in (REPO / "metrics" / "generation" / "requirements.txt").read_text()
+def test_metric_card_examples_and_front_matter() -> None:
+    check_metric_card("generation", "bert-score")

@@ -23,6 +23,8 @@ from convrag.metrics.retrieval.compute import (
     score_run,
 )
 
+from .metric_module_checks import check_kwargs_doctests, check_metric_card
+
 REPO = Path(__file__).resolve().parents[1]
 KS = (1, 2, 3, 5, 10, 20)
 TOL = 1e-9
@@ -319,26 +321,11 @@ def test_evaluate_errors(metric, kwargs, match: str) -> None:
         metric.compute(**kwargs)
 
 
-def test_evaluate_module_doctests(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_evaluate_module_doctests() -> None:
     import convrag.metrics.retrieval.retrieval as module
 
-    monkeypatch.chdir(REPO)
-    parser = doctest.DocTestParser()
-    test = parser.get_doctest(module._KWARGS_DESCRIPTION, {}, "_KWARGS_DESCRIPTION", module.__file__, 0)
-    runner = doctest.DocTestRunner()
-    runner.run(test)
-    assert runner.summarize(verbose=False) == (0, len(test.examples)) and test.examples
+    check_kwargs_doctests(module)
 
 
-def test_metric_card_examples_and_front_matter(monkeypatch: pytest.MonkeyPatch) -> None:
-    import yaml
-
-    card = REPO / "metrics" / "retrieval" / "README.md"
-    monkeypatch.chdir(REPO)
-    result = doctest.testfile(str(card), module_relative=False)
-    assert result.attempted > 0 and result.failed == 0
-    meta = yaml.safe_load(card.read_text(encoding="utf-8").split("---")[1])
-    assert meta["sdk"] == "gradio" and meta["app_file"] == "app.py"
-    assert {"evaluate", "metric"} <= set(meta["tags"]) and meta["title"] and meta["emoji"] and meta["description"]
-    assert (REPO / "metrics" / "retrieval" / "app.py").exists()
-    assert "evaluate" in (REPO / "metrics" / "retrieval" / "requirements.txt").read_text()
+def test_metric_card_examples_and_front_matter() -> None:
+    check_metric_card("retrieval", "evaluate")
