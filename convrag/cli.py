@@ -115,7 +115,7 @@ def _named_files(values: list[str] | None, flag: str) -> dict[str, str]:
 
 def _evaluate_mtrag(args: argparse.Namespace, manifest: dict[str, Any]) -> int:
     """MTRAGEval Subtask A: every retriever over every query view, per domain, official + our aggregates."""
-    from convrag.evaluation.mtrag import evaluate_folder, render_tables
+    from convrag.evaluation.mtrag import evaluate_folder, render_tables, write_runs
     from convrag.metrics.retrieval.trec import read_run
 
     retrievers = [r for r in _retrievers(args, DEFAULT_RETRIEVERS) if r != "random"]
@@ -127,14 +127,16 @@ def _evaluate_mtrag(args: argparse.Namespace, manifest: dict[str, Any]) -> int:
         external_runs={n: read_run(p) for n, p in _named_files(args.run, "--run").items()},
         progress=not args.no_progress,
     )  # fmt: skip
+    runs = results.pop("_runs")
     results = {"benchmark": manifest["benchmark"], "build_options": manifest.get("options", {}), **results}
     report = render_tables(results, digits=args.digits)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     (out / "results.md").write_text(report, encoding="utf-8")
+    write_runs(runs, out / "runs")
     print(report)
-    print(f"Wrote {out / 'results.json'} and {out / 'results.md'}")
+    print(f"Wrote {out / 'results.json'}, {out / 'results.md'} and runs/ (TREC runs and official submission files)")
     return 0
 
 

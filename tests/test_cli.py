@@ -106,6 +106,26 @@ def test_evaluate_recor_folder_dispatches_to_the_recor_tables(tmp_path, capsys):
     assert "nope" in capsys.readouterr().err
 
 
+def test_evaluate_mtrag_folder_writes_tables_and_runs(tmp_path, capsys):
+    from convrag.evaluation.mtrag import check_submission
+
+    out = tmp_path / "mtrag"
+    configs = [f"{d}-{v}" for d in ("clapnq", "govt") for v in ("lastturn", "qrels", "cited-corpus")]
+    args = ["build", "mtrag", "--source", str(DATA / "mtrag"), "--out", str(out)]
+    assert main([*args, *(a for c in configs for a in ("--config", c))]) == 0
+    res = tmp_path / "res"
+    assert main(["evaluate", str(out), "--retrievers", "bm25", "--bootstrap", "20", "--no-progress",
+                 "--out", str(res)]) == 0  # fmt: skip
+    assert "| bm25 | lastturn | all (official, weighted) |" in capsys.readouterr().out
+    results = json.loads((res / "results.json").read_text())
+    assert results["benchmark"] == "mtrag" and "_runs" not in results
+    scored = {q for entry in results["results"] for q in entry["per_query"]}
+    trec = (res / "runs" / "bm25__lastturn.trec").read_text().splitlines()
+    assert {line.split()[0] for line in trec} >= scored and all(len(line.split()) == 6 for line in trec)
+    report, submission = check_submission(res / "runs" / "bm25__lastturn.jsonl")
+    assert report.ok and set(submission.runs) == {"clapnq", "govt"}
+
+
 RESPONSES = DATA / "mtrag" / "scripts" / "evaluation" / "sample_data" / "responses-10.jsonl"
 
 

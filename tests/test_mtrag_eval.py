@@ -9,6 +9,7 @@ import random
 import pytest
 import pytrec_eval
 from convrag.builders.mtrag_source import COLLECTIONS, DOMAINS, read_qrels
+from convrag.metrics.retrieval.trec import read_run
 
 from convrag.errors import DataError
 from convrag.evaluation.mtrag import (
@@ -19,6 +20,7 @@ from convrag.evaluation.mtrag import (
     read_submission,
     render_tables,
     score_subtask_a,
+    write_runs,
     write_submission,
 )
 from tests.conftest import DATA
@@ -195,3 +197,13 @@ def test_evaluate_folder_bm25_on_mtrag_un(tmp_path):
     assert {d: r["count"] for d, r in gold["domains"].items()} == {"clapnq": 83, "cloud": 86, "fiqa": 58, "govt": 105}
     table = render_tables(results)
     assert "| bm25 | lastturn | all (official, weighted) |" in table and "macro (ours)" in table
+
+    # the runs written for the retriever score exactly as the in-memory ones, read back from either format
+    paths = write_runs(results["_runs"], tmp_path / "runs")
+    assert sorted(p.name for p in paths) == ["bm25__lastturn.jsonl", "bm25__lastturn.trec", "bm25__questions.jsonl",
+                                             "bm25__questions.trec"]  # fmt: skip
+    again = evaluate_folder(tmp_path / "un", retrievers=[], n_bootstrap=50,
+                            submissions={"sub": tmp_path / "runs" / "bm25__lastturn.jsonl"},
+                            external_runs={"trec": read_run(tmp_path / "runs" / "bm25__lastturn.trec")})
+    for rescored in again["results"]:
+        assert rescored["official_all"] == entry["official_all"] and rescored["per_query"] == entry["per_query"]

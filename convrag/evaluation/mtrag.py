@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -342,7 +343,8 @@ def evaluate_folder(
     ``submissions``: name -> submission file, scored too (checked against the folder's task set);
     ``external_runs``: name -> one run over all domains (e.g. a TREC run file), split by the task's domain.
     Returns a JSON-ready dict: one entry per (system, view) with the ``SubtaskAResult`` and bootstrap CIs of
-    the micro mean and of each domain mean.
+    the micro mean and of each domain mean; the retrievers' runs ({domain: run} per ``"<spec>|<view>"``) are kept
+    under ``"_runs"`` for :func:`write_runs` (not JSON output).
     """
     from convrag.evaluation.stats import bootstrap_ci
     from convrag.retrievers import get_retriever
@@ -354,6 +356,7 @@ def evaluate_folder(
         raise DataError(f"query views {unknown} not in the folder (has {data['views']})", str(folder))
     ks = tuple(k_values)
     entries: list[dict[str, Any]] = []
+    retriever_runs: dict[str, dict[str, Run]] = {}
 
     def add(system: str, view: str, runs: dict[str, Run]) -> None:
         result = score_subtask_a(runs, data["qrels"], data["labels"], ks)
@@ -373,6 +376,7 @@ def evaluate_folder(
                 per_view[v][d] = retriever.search(data["queries"][v][d], top_k=top_k, show_progress=progress)
         for v in chosen:
             add(spec, v, per_view[v])
+            retriever_runs[f"{spec}|{v}"] = per_view[v]
     expected = [q for v in chosen[:1] for d in data["domains"] for q in data["queries"][v][d]]
     for name, path in (submissions or {}).items():
         add(name, "submission", read_submission(path, expected or None).runs)
@@ -387,7 +391,25 @@ def evaluate_folder(
         add(name, "run", by_domain)
     return {"folder": str(folder), "domains": data["domains"], "corpus_kind": data["corpus_kind"],
             "views": chosen, "k_values": list(ks), "measures": measures(ks), "confidence": confidence,
-            "n_bootstrap": n_bootstrap, "seed": seed, "top_k": top_k, "results": entries}  # fmt: skip
+            "n_bootstrap": n_bootstrap, "seed": seed, "top_k": top_k, "results": entries,
+            "_runs": retriever_runs}  # fmt: skip
+
+
+def write_runs(runs: Mapping[str, Mapping[str, Run]], folder: str | Path) -> list[Path]:
+    """Write each ``"<spec>|<view>"`` run ({domain: run}) as ``<spec>__<view>.trec`` (every domain in one TREC
+    run) and ``<spec>__<view>.jsonl`` (the official submission format); returns the paths written."""
+    from convrag.metrics.retrieval.trec import write_run
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, by_domain in runs.items():
+        stem = re.sub(r"[^A-Za-z0-9_.+-]", "_", name.replace("|", "__"))
+        merged = {tid: ranking for run in by_domain.values() for tid, ranking in run.items()}
+        write_run(merged, out / f"{stem}.trec", tag=re.sub(r"[^A-Za-z0-9_.+-]", "_", name))
+        write_submission(by_domain, out / f"{stem}.jsonl")
+        paths += [out / f"{stem}.trec", out / f"{stem}.jsonl"]
+    return paths
 
 
 def _fmt(value: float, digits: int) -> str:
