@@ -63,14 +63,15 @@ def make_configs(label: str, views: tuple[str, ...]) -> list[MTRAGConfig]:
             for d in DOMAIN_NAMES for v in views]  # fmt: skip
 
 
-def _domains(domain: str) -> tuple[str, ...]:
+def domains_of(domain: str) -> tuple[str, ...]:
+    """The domains a config covers: all four for ``all``, else the one named."""
     return DOMAINS if domain == ALL else (domain,)
 
 
 def needed_files(domain: str, view: str) -> list[str]:
     """Source names a config reads (release files are small; corpora only for ``corpus``)."""
     if view == "corpus":
-        return [f"{d}-corpus" for d in _domains(domain)]
+        return [f"{d}-corpus" for d in domains_of(domain)]
     return ["conversations"] + [f"{d}-{v}" for d in DOMAINS for v in (*VIEWS, "qrels")]
 
 
@@ -79,7 +80,7 @@ def required_files(domain: str, view: str) -> list[str]:
     if view == "corpus":
         return needed_files(domain, view)
     if view in (*VIEWS, "qrels"):
-        return ["conversations"] + [f"{d}-{view}" for d in _domains(domain)]
+        return ["conversations"] + [f"{d}-{view}" for d in domains_of(domain)]
     return ["conversations"]
 
 
@@ -89,7 +90,7 @@ class MTRAGFamily(BenchmarkBuilder):
 
     A subclass gives ``LABEL``, ``VIEW_NAMES``, ``FEATURES``, ``DESCRIPTION``, ``layout`` (source name -> path in
     the upstream repository), ``required_files`` / ``needed_files`` (per domain and view), ``parse`` (files ->
-    parsed data with ``tasks``, ``qrels``, ``cited``, ``events``) and ``view_rows`` for its query views.
+    parsed data with ``tasks``, ``qrels``, ``cited``, ``events``, ``examples``) and ``view_rows`` for its query views.
     """
 
     BUILDER_CONFIG_CLASS = MTRAGConfig
@@ -148,15 +149,14 @@ class MTRAGFamily(BenchmarkBuilder):
         files = fetch(located, self.needed_files(domain, view), dl_manager)
         if view != "corpus":
             data = self.parse(files)  # parse and check here, so errors surface unwrapped
-            examples = getattr(data, "examples", {})
             for event, count in data.events.items():
                 self.report.counts[event] = count
-                if examples.get(event):
-                    self.report.examples[event] = list(examples[event])
+                if data.examples.get(event):
+                    self.report.examples[event] = list(data.examples[event])
         return [datasets.SplitGenerator(name=SPLIT, gen_kwargs={"files": files})]
 
     def _generate_examples(self, files: dict[str, str | None]) -> Iterator[tuple[str, dict[str, Any]]]:
-        view, wanted = self.config.view, _domains(self.config.domain)
+        view, wanted = self.config.view, domains_of(self.config.domain)
         if view == "corpus":
             for d in wanted:
                 for row in iter_corpus(files[f"{d}-corpus"]):

@@ -33,7 +33,7 @@ from convrag.errors import DataError
 from convrag.jsonl import read_jsonl
 
 from . import mtrag_parse as mp
-from .mtrag import ALL, MTRAGFamily, make_configs
+from .mtrag import MTRAGFamily, domains_of, make_configs
 from .mtrag_source import (
     COLLECTIONS,
     DOMAINS,
@@ -66,6 +66,7 @@ class UNData:
     qrels: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # domain -> rows
     cited: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
     events: Counter = field(default_factory=Counter)
+    examples: dict[str, list[str]] = field(default_factory=dict)
 
 
 def parse_un(files: dict[str, str | None]) -> UNData:
@@ -173,11 +174,10 @@ def _task(obj: dict, path: str, line: int, seen: dict[str, int], data: UNData) -
 
 def required_files(domain: str, view: str) -> list[str]:
     """Source names without which a config cannot be built."""
-    doms = DOMAINS if domain == ALL else (domain,)
     if view == "corpus":
-        return [f"{d}-corpus" for d in doms]
+        return [f"{d}-corpus" for d in domains_of(domain)]
     if view == "qrels":
-        return ["reference"] + [f"{d}-qrels" for d in doms]
+        return ["reference"] + [f"{d}-qrels" for d in domains_of(domain)]
     return ["reference"]
 
 

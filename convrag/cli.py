@@ -72,7 +72,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from convrag.evaluation.runner import DEFAULT_PROFILE, PROFILES, evaluate_systems, load_views
     from convrag.evaluation.tables import render_report
     from convrag.export import read_manifest
-    from convrag.metrics.retrieval.trec import read_run, write_run
+    from convrag.metrics.retrieval.trec import read_run, safe_token, write_run
 
     manifest = read_manifest(args.folder)
     benchmark = manifest["benchmark"]
@@ -97,7 +97,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     (out / "results.md").write_text(report, encoding="utf-8")
     for spec in retrievers:
-        write_run(runs[spec], out / "runs" / f"{re.sub(r'[^A-Za-z0-9_.+-]', '_', spec)}.trec", tag=spec)
+        write_run(runs[spec], out / "runs" / f"{safe_token(spec)}.trec", tag=spec)
     print(report)
     print(f"Wrote {out / 'results.json'}, {out / 'results.md'} and runs/ (TREC run files)")
     return 0

@@ -12,6 +12,7 @@ from convrag.metrics.retrieval.trec import (
     read_beir_qrels,
     read_qrels,
     read_run,
+    safe_token,
     write_beir_qrels,
     write_qrels,
     write_run,
@@ -126,3 +127,11 @@ def test_malformed_lines_name_file_and_line(tmp_path: Path, reader, text: str, l
 def test_write_errors(tmp_path: Path, writer, data, kwargs, match: str) -> None:
     with pytest.raises(RetrievalInputError, match=match):
         writer(data, tmp_path / "out", **kwargs)
+
+
+def test_safe_token_gives_a_tag_and_file_name_write_run_accepts(tmp_path: Path) -> None:
+    assert safe_token("dense:/models/x y|history+reasoning") == "dense__models_x_y_history+reasoning"
+    assert safe_token("bm25__lastturn.v2-a") == "bm25__lastturn.v2-a"
+    tag = safe_token("hybrid|rewrite (0.5)")
+    write_run({"q1": {"d1": 1.0}}, tmp_path / f"{tag}.trec", tag=tag)
+    assert (tmp_path / f"{tag}.trec").read_text().split()[-1] == tag

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -398,15 +397,15 @@ def evaluate_folder(
 def write_runs(runs: Mapping[str, Mapping[str, Run]], folder: str | Path) -> list[Path]:
     """Write each ``"<spec>|<view>"`` run ({domain: run}) as ``<spec>__<view>.trec`` (every domain in one TREC
     run) and ``<spec>__<view>.jsonl`` (the official submission format); returns the paths written."""
-    from convrag.metrics.retrieval.trec import write_run
+    from convrag.metrics.retrieval.trec import safe_token, write_run
 
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, by_domain in runs.items():
-        stem = re.sub(r"[^A-Za-z0-9_.+-]", "_", name.replace("|", "__"))
+        stem = safe_token(name.replace("|", "__"))
         merged = {tid: ranking for run in by_domain.values() for tid, ranking in run.items()}
-        write_run(merged, out / f"{stem}.trec", tag=re.sub(r"[^A-Za-z0-9_.+-]", "_", name))
+        write_run(merged, out / f"{stem}.trec", tag=safe_token(name))
         write_submission(by_domain, out / f"{stem}.jsonl")
         paths += [out / f"{stem}.trec", out / f"{stem}.jsonl"]
     return paths

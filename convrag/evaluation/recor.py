@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -235,7 +234,7 @@ def _strict(obj: Any) -> Any:
 def write_outputs(results: Mapping[str, Any], out_dir: str | Path) -> dict[str, Path]:
     """Write results.json (strict JSON: NaN/inf as null), results.md, turn_position.png and
     runs/<retriever>__<strategy>.trec; returns the paths written."""
-    from convrag.metrics.retrieval.trec import write_run
+    from convrag.metrics.retrieval.trec import safe_token, write_run
 
     out = Path(out_dir)
     (out / "runs").mkdir(parents=True, exist_ok=True)
@@ -246,7 +245,7 @@ def write_outputs(results: Mapping[str, Any], out_dir: str | Path) -> dict[str, 
     rt.plot_turn_positions(results, str(paths["plot"]))
     for name, run in (results.get("_runs") or {}).items():
         spec, strategy = name.split("|", 1)
-        file = re.sub(r"[^A-Za-z0-9_.+-]", "_", f"{spec}__{strategy}") + ".trec"
-        write_run(run, out / "runs" / file, tag=re.sub(r"[^A-Za-z0-9_.+-]", "_", name))
+        file = safe_token(f"{spec}__{strategy}") + ".trec"
+        write_run(run, out / "runs" / file, tag=safe_token(name))
         paths[f"run:{name}"] = out / "runs" / file
     return paths

@@ -26,10 +26,13 @@ import gzip
 import math
 import numbers
 import os
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import IO
 
 from .compute import RetrievalInputError, as_trec_scores
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]")
 
 PathLike = str | os.PathLike
 BEIR_HEADER = ("query-id", "corpus-id", "score")
@@ -155,6 +158,12 @@ def _judgments(qrels: Mapping[str, Mapping[str, int] | Sequence[str]]) -> Iterat
             if isinstance(grade, bool) or not isinstance(grade, numbers.Real) or not float(grade).is_integer():
                 raise RetrievalInputError(f"query {qid!r}: grade of {doc!r} must be an integer, got {grade!r}")
             yield qid, doc, int(grade)
+
+
+def safe_token(text: str) -> str:
+    """``text`` with every character outside ``A-Za-z0-9_.+-`` replaced by ``_``: usable as a TREC run tag and as
+    a file name (retriever specs such as ``dense:/models/x`` become ``dense__models_x``)."""
+    return _UNSAFE.sub("_", text)
 
 
 def write_run(run: Mapping[str, Mapping[str, float] | Sequence[str]], path: PathLike, tag: str = "convrag",
