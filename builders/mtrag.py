@@ -29,6 +29,7 @@ from datasets import Features
 
 from convrag.builder_base import BenchmarkBuilder, BenchmarkConfig
 from convrag.errors import DataError
+from convrag.evaluation.profile import EvaluationProfile
 
 from . import mtrag_parse as mp
 from .mtrag_source import DOMAINS, VIEWS, fetch, iter_corpus, locate, mtrag_paths
@@ -99,6 +100,19 @@ class MTRAGFamily(BenchmarkBuilder):
     LABEL = ""
     DESCRIPTION = ""
     VIEW_NAMES: tuple[str, ...] = ()
+    #: MTRAGEval Subtask A: nDCG@k and Recall@k (k = 1, 3, 5, 10) per domain over its own corpus, top 10 kept;
+    #: the shipped query views are strategies that read their field; official weighted "all" row.
+    EVALUATION = EvaluationProfile(
+        turns="{subset}-tasks", qrels="{subset}-qrels", reader="views",
+        corpus={"full": "{subset}-corpus", "cited": "{subset}-cited-corpus"},
+        views={v: f"{{subset}}-{v}" for v in VIEWS},
+        strategies={v: f"field:{v}" for v in VIEWS},
+        extra_strategies={"history": "history", "llm-rewrite": "rewrite", "dialogue": "dialogue"},
+        retrievers=("bm25", "dense", "hybrid"),
+        measures=tuple(f"{m}@{k}" for m in ("nDCG", "Recall") for k in (1, 3, 5, 10)),
+        groups=("answerability", "multi_turn", "standalone"), aggregation="mtrag-official", report="mtrag",
+        top_k=10, submission="mtrag",
+    )  # fmt: skip
     FEATURES: dict[str, Features] = {}
 
     @staticmethod

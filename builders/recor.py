@@ -28,6 +28,7 @@ from datasets import Features, List, Value
 from convrag import schema
 from convrag.builder_base import BenchmarkBuilder, BenchmarkConfig, is_url
 from convrag.errors import DataError
+from convrag.evaluation.profile import EvaluationProfile
 
 from . import recor_source as rs
 
@@ -79,6 +80,16 @@ class RECOR(BenchmarkBuilder):
 
     BENCHMARK = "recor"
     CARD = "recor.md"
+    #: RECOR section 4.1: each domain over its own corpus, nDCG@10 (primary), MAP@10, Recall@10, MRR@10 per
+    #: turn, mean within a domain, macro over domains; the paper's five query strategies.
+    EVALUATION = EvaluationProfile(
+        turns="{subset}-queries", qrels="{subset}-qrels", corpus={"full": "{subset}-corpus"}, reader="recor",
+        conversations="{subset}-conversations", split="test",
+        strategies={s: s for s in ("baseline", "rewrite", "reasoning", "history", "history+reasoning")},
+        extra_strategies={"reasoning-metadata": "reasoning-metadata", "dialogue": "dialogue"},
+        retrievers=("bm25", "dense"), measures=("nDCG@10", "MAP@10", "Recall@10", "MRR@10"), groups=("turn",),
+        aggregation="domain-macro", report="recor", top_k=100,
+    )  # fmt: skip
     DEFAULT_SOURCES = {name: rs.HUB_URL + rel for name, rel in rs.release_paths().items()}
     VERSION = datasets.Version("1.0.0")
     BUILDER_CONFIG_CLASS = RECORConfig

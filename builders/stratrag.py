@@ -32,6 +32,7 @@ from datasets import Features, List, Value
 from convrag import schema
 from convrag.builder_base import BenchmarkBuilder, BenchmarkConfig, BuildReport
 from convrag.errors import DataError
+from convrag.evaluation.profile import EvaluationProfile
 
 from . import stratrag_rules as rules
 
@@ -140,6 +141,15 @@ class StratRAG(BenchmarkBuilder):
 
     BENCHMARK = "stratrag"
     CARD = "stratrag.md"
+    #: StratRAG Tables 2 and 3: R@1, R@2, R@5, MRR (no cut-off), nDCG@5; each query ranks its own pool;
+    #: by question type.
+    EVALUATION = EvaluationProfile(
+        turns="queries", qrels="qrels", corpus={"pool": "corpus"}, pool="field:pool", search="pool",
+        strategies={"baseline": "baseline"}, retrievers=("random", "bm25", "dense", "hybrid"),
+        measures=("Recall@1", "Recall@2", "Recall@5", "MRR", "nDCG@5"),
+        labels={"Recall@1": "R@1", "Recall@2": "R@2", "Recall@5": "R@5", "nDCG@5": "NDCG@5"},
+        groups=("question_type",), aggregation="mean", report="stratrag", top_k=None,
+    )  # fmt: skip
     DEFAULT_SOURCES = _URLS
     VERSION = datasets.Version("1.0.0")
     BUILDER_CONFIG_CLASS = StratRAGConfig

@@ -6,7 +6,6 @@ Each subcommand has its own ``--help``. Errors in user input end with a one-line
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
@@ -17,7 +16,6 @@ import yaml
 from convrag.errors import ConvragError
 
 _NAME_EQ = re.compile(r"^([A-Za-z_][\w-]*)=(.+)$")
-DEFAULT_RETRIEVERS = "random,bm25,dense,hybrid"
 
 
 def _parse_sources(values: list[str] | None) -> str | dict[str, str] | None:
@@ -69,38 +67,36 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from convrag.evaluation.runner import DEFAULT_PROFILE, PROFILES, evaluate_systems, load_views
-    from convrag.evaluation.tables import render_report
+    """Evaluate a built folder as the evaluation profile in its README says (one path for every benchmark)."""
+    from convrag.evaluation.profile import profile_of
+    from convrag.evaluation.report import evaluate_folder, render, write_outputs
     from convrag.export import read_manifest
-    from convrag.metrics.retrieval.trec import read_run, safe_token, write_run
+    from convrag.metrics.retrieval.trec import read_run
 
     manifest = read_manifest(args.folder)
-    benchmark = manifest["benchmark"]
-    if benchmark in ("mtrag", "mtrag-un"):
-        return _evaluate_mtrag(args, manifest)
-    if benchmark == "recor":
-        return _evaluate_recor(args, manifest)
-    profile = PROFILES.get(benchmark, DEFAULT_PROFILE)
-    data = load_views(args.folder, args.split)
-    external = {name: read_run(path) for name, path in _named_files(args.run, "--run").items()}
-    retrievers = _retrievers(args, DEFAULT_RETRIEVERS)
-    options = _dense_options(retrievers, args.dense_model)
-    results, runs = evaluate_systems(
-        data, profile, retrievers, external_runs=external, retriever_options=options,
-        n_bootstrap=args.bootstrap, seed=args.seed, progress=not args.no_progress,
+    profile = profile_of(manifest)
+    retrievers = _split_list(args.retrievers) if args.retrievers is not None else list(profile.retrievers)
+    strategies = args.strategies if args.strategies is not None else args.views
+    results, scored = evaluate_folder(
+        args.folder, profile,
+        external_runs={name: read_run(path) for name, path in _named_files(args.run, "--run").items()},
+        submissions=_named_files(args.submission, "--submission"),
+        n_bootstrap=args.bootstrap, seed=args.seed,
+        retrievers=retrievers, strategies=_split_list(strategies) if strategies is not None else None,
+        measures=_split_list(args.measures) if args.measures else None, split=args.split, corpus=args.corpus,
+        search=args.search, llm=args.llm, on_rewrite_failure="baseline" if args.rewrite_fallback else "error",
+        retriever_options=_dense_options(retrievers, args.dense_model, _parse_options(args.dense_option)),
+        top_k=args.top_k, progress=not args.no_progress,
     )  # fmt: skip
-    results = {"benchmark": benchmark, "folder": str(args.folder), "build_options": manifest.get("options", {}),
-               **results}  # fmt: skip
-    report = render_report(results, f"{benchmark} retrieval baselines", digits=args.digits)
-    out = Path(args.out)
-    (out / "runs").mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    (out / "results.md").write_text(report, encoding="utf-8")
-    for spec in retrievers:
-        write_run(runs[spec], out / "runs" / f"{safe_token(spec)}.trec", tag=spec)
-    print(report)
-    print(f"Wrote {out / 'results.json'}, {out / 'results.md'} and runs/ (TREC run files)")
+    results = {"benchmark": manifest["benchmark"], "build_options": manifest.get("options", {}), **results}
+    write_outputs(results, scored, args.out, digits=args.digits)
+    print(render(results, profile, digits=args.digits))
+    print(f"Wrote {Path(args.out) / 'results.json'}, results.md and runs/ (TREC run files)")
     return 0
+
+
+def _split_list(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
 
 
 def _named_files(values: list[str] | None, flag: str) -> dict[str, str]:
@@ -113,61 +109,17 @@ def _named_files(values: list[str] | None, flag: str) -> dict[str, str]:
     return named
 
 
-def _evaluate_mtrag(args: argparse.Namespace, manifest: dict[str, Any]) -> int:
-    """MTRAGEval Subtask A: every retriever over every query view, per domain, official + our aggregates."""
-    from convrag.evaluation.mtrag import evaluate_folder, render_tables, write_runs
-    from convrag.metrics.retrieval.trec import read_run
-
-    retrievers = [r for r in _retrievers(args, DEFAULT_RETRIEVERS) if r != "random"]
-    options = _dense_options(retrievers, args.dense_model)
-    results = evaluate_folder(
-        args.folder, retrievers=retrievers, views=args.views.split(",") if args.views else None,
-        corpus=args.corpus, n_bootstrap=args.bootstrap, seed=args.seed, retriever_options=options,
-        submissions=_named_files(args.submission, "--submission"),
-        external_runs={n: read_run(p) for n, p in _named_files(args.run, "--run").items()},
-        progress=not args.no_progress,
-    )  # fmt: skip
-    runs = results.pop("_runs")
-    results = {"benchmark": manifest["benchmark"], "build_options": manifest.get("options", {}), **results}
-    report = render_tables(results, digits=args.digits)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    (out / "results.md").write_text(report, encoding="utf-8")
-    write_runs(runs, out / "runs")
-    print(report)
-    print(f"Wrote {out / 'results.json'}, {out / 'results.md'} and runs/ (TREC runs and official submission files)")
-    return 0
-
-
-def _retrievers(args: argparse.Namespace, default: str) -> list[str]:
-    """``--retrievers`` as a list; the benchmark's default when the flag is not given."""
-    return [r for r in (args.retrievers if args.retrievers is not None else default).split(",") if r]
-
-
-def _dense_options(retrievers: list[str], model: str | None) -> dict[str, dict[str, Any]]:
-    return {spec: {"model": model} for spec in retrievers if model and spec in ("dense", "hybrid")}
-
-
-def _evaluate_recor(args: argparse.Namespace, manifest: dict[str, Any]) -> int:
-    """RECOR: retrievers x query strategies, per turn, per domain, macro over domains (paper Tables 3/5/6/17/19)."""
-    from convrag.evaluation.recor import evaluate_recor, render_tables, write_outputs
-
-    retrievers = _retrievers(args, "bm25,dense")
-    kwargs: dict[str, Any] = {}
-    if args.strategies:
-        kwargs["strategies"] = [s for s in args.strategies.split(",") if s]
-    results = evaluate_recor(
-        args.folder, retrievers=retrievers, llm=args.llm, n_bootstrap=args.bootstrap, seed=args.seed,
-        retriever_options=_dense_options(retrievers, args.dense_model), progress=not args.no_progress,
-        on_rewrite_failure="baseline" if args.rewrite_fallback else "error", **kwargs,
-    )  # fmt: skip
-    results = {"benchmark": "recor", "build_options": manifest.get("options", {}), **results}
-    report = render_tables(results, digits=args.digits)
-    write_outputs(results, args.out)
-    print(report)
-    print(f"Wrote {args.out}/results.json, results.md, the turn-position plot and runs/")
-    return 0
+def _dense_options(retrievers: list[str], model: str | None, options: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Options of the dense encoder for every retriever that has one (``dense``, ``hybrid``)."""
+    out: dict[str, dict[str, Any]] = {}
+    for spec in retrievers:
+        name = spec.split(":", 1)[0]
+        if name == "dense":
+            out[spec] = {**({"model": model} if model and ":" not in spec else {}), **options}
+        elif name == "hybrid":
+            out[spec] = {**({"model": model} if model and ":" not in spec else {}),
+                         **({"dense_options": options} if options else {})}  # fmt: skip
+    return {k: v for k, v in out.items() if v}
 
 
 def cmd_evaluate_generation(args: argparse.Namespace) -> int:
@@ -234,28 +186,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--private", action="store_true")
     p.set_defaults(func=cmd_push)
 
-    p = sub.add_parser("evaluate", help="run baseline retrievers on a built benchmark and write the results table")
-    p.add_argument("folder", help="folder written by `convrag build`")
-    p.add_argument("--retrievers",
-                   help=f"comma-separated retriever specs (default: {DEFAULT_RETRIEVERS}; RECOR: bm25,dense)")
+    p = sub.add_parser("evaluate", help="run retrievers and query strategies on a built benchmark; write the tables")
+    p.add_argument("folder", help="folder written by `convrag build` (its README declares how it is evaluated)")
+    p.add_argument("--retrievers", help="comma-separated retriever specs (default: the benchmark's, e.g. "
+                                        "StratRAG random,bm25,dense,hybrid; RECOR bm25,dense)")
+    p.add_argument("--strategies", help="query strategies (default: the benchmark's): names the benchmark defines "
+                                        "(MTRAG lastturn,questions,rewrite; MTR-Bench history,lastturn,rewrite) or "
+                                        "any of baseline, rewrite, reasoning, history, history+reasoning, "
+                                        "reasoning-metadata, dialogue, dialogue+rewrite, field:NAME")
+    p.add_argument("--views", help="alias of --strategies (MTRAG's query views)")
+    p.add_argument("--measures", help="metric names instead of the benchmark's, e.g. Recall@100,Recall@1000")
     p.add_argument("--run", action="append", metavar="NAME=FILE", help="also score a TREC run file (repeatable)")
-    p.add_argument("--split", help="split to evaluate (default: test, validation, dev or train, first found)")
+    p.add_argument("--submission", action="append", metavar="NAME=FILE",
+                   help="also score an official-format submission (benchmarks that have one, e.g. MTRAG .jsonl)")
+    p.add_argument("--split", help="split to evaluate (default: the benchmark's, else test, validation, dev, train)")
+    p.add_argument("--corpus", default="auto",
+                   help="corpus kind the benchmark declares, e.g. MTRAG full|cited, MTR-Bench full|cluster "
+                        "(default auto: the first one built)")
+    p.add_argument("--search", choices=("corpus", "pool"),
+                   help="rank the whole corpus or only each turn's own pool (default: the benchmark's)")
+    p.add_argument("--top-k", type=int, help="documents kept per query in runs (default: the benchmark's)")
     p.add_argument("--out", default="results", help="output folder (default: results)")
     p.add_argument("--dense-model", help="sentence-transformers model path or name for dense/hybrid")
+    p.add_argument("--dense-option", action="append", metavar="KEY=VALUE",
+                   help="dense encoder option (repeatable): pooling=cls|mean|max|lasttoken, max_seq_length=N, "
+                        "query_prompt=..., document_prompt=..., query_truncation=left|right, fit_queries=false")
+    p.add_argument("--llm", default="default", help="LLM spec for LLM strategies (rewrite; default: local SmolLM2)")
+    p.add_argument("--rewrite-fallback", action="store_true",
+                   help="a failed rewrite uses the plain turn query (listed in the results) instead of an error")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="seed of bootstrap and randomisation tests")
     p.add_argument("--digits", type=int, default=4, help="decimals shown in tables (JSON is unrounded)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    p.add_argument("--views", help="MTRAG: query views to run (default: all in the folder)")
-    p.add_argument("--corpus", default="auto", choices=("auto", "full", "cited"),
-                   help="MTRAG: full passage corpora or the cited-passage corpus (auto: full if built)")
-    p.add_argument("--submission", action="append", metavar="NAME=FILE",
-                   help="MTRAG: also score an official-format submission .jsonl (repeatable)")
-    p.add_argument("--strategies", help="RECOR: query strategies (default: baseline,rewrite,reasoning,history,"
-                                        "history+reasoning)")
-    p.add_argument("--llm", default="default", help="RECOR: LLM spec for query rewriting (default: local SmolLM2)")
-    p.add_argument("--rewrite-fallback", action="store_true",
-                   help="RECOR: a failed rewrite uses the plain turn query (listed in the results) instead of an error")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("evaluate-generation",

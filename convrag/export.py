@@ -156,6 +156,9 @@ def write_readme(
         "options": {k: v for k, v in sorted(options.items()) if v is not None},
         "report": summary.report,
     }
+    profile = getattr(cls, "EVALUATION", None)
+    if profile is not None:
+        card_data["convrag"]["evaluation"] = profile.to_dict()
     body = jinja2.Template(_card_template(cls.CARD), undefined=jinja2.StrictUndefined).render(
         rows_table=summary.table(),
         report_yaml=yaml.safe_dump(summary.report or {"counts": {}}, sort_keys=True).strip(),

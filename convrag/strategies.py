@@ -16,7 +16,15 @@ out, so at turn 1 ``history`` equals ``baseline``.
 ``reasoning-metadata``query, then the metadata's target information, then its relevance signals joined
                       with ``"; "``. Irrelevance signals are left out on purpose: a retriever cannot
                       negate terms, so adding them would pull in the documents they describe
+``dialogue``          MTR-Suite's serialisation: every earlier message as a ``User: ...`` / ``Agent: ...``
+                      line, then ``User: <query>`` last
+``dialogue+rewrite``  the same with the LLM rewrite in place of the current query (MTR-Suite's ``cqr_cdr``)
+``field:NAME``        the turn's field ``NAME`` as shipped in the data (e.g. MTRAG's human rewrite)
 ==================== ===================================================================================
+
+Every layout returns a :class:`~convrag.query_text.QueryText`: the text above, which also knows its
+history lines (oldest first) and its tail (the query and what follows it). Encoders with a length limit fit
+it with :func:`~convrag.query_text.fit_query`: the oldest history goes first, the tail is kept whole.
 
 Rewrite failures (the LLM layer raising :class:`~convrag.llm.LLMFailure`, or an empty reply) are never
 hidden: :func:`format_queries` lists them in its result. With ``on_failure="error"`` (the default) it then
@@ -33,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from convrag.errors import ConvragError, DataError
+from convrag.query_text import QueryText
 
 SEP = "\n"
 #: history strings that mean "no history" in the RECOR release (compared after strip + lower case)
@@ -40,6 +49,8 @@ NO_HISTORY = frozenset({"", "no previous conversation.", "no previous conversati
 REWRITE_PROMPT = "query_rewrite"
 REWRITE_MAX_TOKENS = 96
 ROLE_LABELS = {"user": "Q", "assistant": "A", "agent": "A"}
+DIALOGUE_LABELS = {"user": "User", "assistant": "Agent", "agent": "Agent"}
+FIELD_PREFIX = "field:"
 
 
 class RewriteError(ConvragError):
@@ -72,6 +83,7 @@ class Turn:
     position: int = 1
     conversation_id: str = ""
     domain: str = ""
+    fields: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def history_string(self) -> str:
         """The history as one string: ``history_text`` if given, else ``Q: ...`` / ``A: ...`` lines."""
@@ -106,34 +118,63 @@ def parse_history(text: str) -> list[tuple[str, str]]:
     return [(role, body.strip()) for role, body in messages if body.strip()]
 
 
-def _join(*parts: str) -> str:
-    return SEP.join(p.strip() for p in parts if p and p.strip())
+def _parts(*parts: str) -> list[str]:
+    return [p.strip() for p in parts if p and p.strip()]
 
 
-def baseline_text(turn: Turn) -> str:
+def _history_lines(turn: Turn) -> list[str]:
+    history = turn.history_string()
+    return history.split(SEP) if history else []
+
+
+def baseline_text(turn: Turn) -> QueryText:
     """``query``."""
-    return turn.query.strip()
+    return QueryText([], _parts(turn.query))
 
 
-def reasoning_text(turn: Turn) -> str:
+def reasoning_text(turn: Turn) -> QueryText:
     """``query + SEP + reasoning`` (reasoning left out when empty)."""
-    return _join(turn.query, turn.reasoning)
+    return QueryText([], _parts(turn.query, turn.reasoning))
 
 
-def history_text(turn: Turn) -> str:
+def history_text(turn: Turn) -> QueryText:
     """``history + SEP + query`` (history as :meth:`Turn.history_string`; left out when empty)."""
-    return _join(turn.history_string(), turn.query)
+    return QueryText(_history_lines(turn), _parts(turn.query))
 
 
-def history_reasoning_text(turn: Turn) -> str:
+def history_reasoning_text(turn: Turn) -> QueryText:
     """``history + SEP + query + SEP + reasoning`` (empty parts left out)."""
-    return _join(turn.history_string(), turn.query, turn.reasoning)
+    return QueryText(_history_lines(turn), _parts(turn.query, turn.reasoning))
 
 
-def metadata_text(turn: Turn) -> str:
+def metadata_text(turn: Turn) -> QueryText:
     """``query + SEP + target_information + SEP + "; ".join(relevance_signals)`` (no irrelevance signals)."""
     meta = turn.metadata or ReasoningMetadata()
-    return _join(turn.query, meta.target_information, "; ".join(s.strip() for s in meta.relevance_signals))
+    signals = "; ".join(s.strip() for s in meta.relevance_signals)
+    return QueryText([], _parts(turn.query, meta.target_information, signals))
+
+
+def _dialogue(turn: Turn, query: str) -> QueryText:
+    lines = [f"{DIALOGUE_LABELS.get(role, role.capitalize())}: {text.strip()}"
+             for role, text in turn.history_messages() if text.strip()]  # fmt: skip
+    return QueryText(lines, [f"User: {query.strip()}"])
+
+
+def dialogue_text(turn: Turn) -> QueryText:
+    """``User: ...`` / ``Agent: ...`` lines of the history, then ``User: <query>`` (MTR-Suite's protocol)."""
+    return _dialogue(turn, turn.query)
+
+
+def field_text(turn: Turn, name: str) -> QueryText:
+    """The turn's field ``name`` verbatim (a view shipped in the data); ``DataError`` if the turn lacks it.
+
+    A field of several lines is read as a conversation listed oldest first (MTRAG's ``questions`` view): its
+    last line is the tail, the lines before it are history, trimmed first when the text must be shortened."""
+    value = turn.fields.get(name)
+    if not isinstance(value, str) or not value.strip():
+        raise DataError(f"turn {turn.qid!r} has no text in field {name!r}", f"strategy {FIELD_PREFIX}{name}")
+    lines = value.strip().split(SEP)
+    return QueryText(lines[:-1], lines[-1:])
 
 
 def clean_rewrite(reply: str) -> str:
@@ -154,15 +195,11 @@ def rewrite_messages(turn: Turn) -> list[dict[str, str]]:
     return load_prompt(REWRITE_PROMPT).render(history=history, question=turn.query.strip())
 
 
-def rewrite_text(turn: Turn, llm: Any) -> str:
-    """LLM rewrite of ``turn`` into a self-contained query; turns without history return the query itself.
-
-    Raises :class:`~convrag.llm.LLMFailure` when the LLM fails or replies with nothing usable.
-    """
+def _rewrite(turn: Turn, llm: Any) -> str:
     from convrag.llm import LLMFailure
 
     if not turn.history_string():
-        return baseline_text(turn)
+        return turn.query.strip()
     reply = llm.chat(rewrite_messages(turn), max_tokens=REWRITE_MAX_TOKENS).text
     text = clean_rewrite(reply)
     if not text:
@@ -170,16 +207,32 @@ def rewrite_text(turn: Turn, llm: Any) -> str:
     return text
 
 
+def rewrite_text(turn: Turn, llm: Any) -> QueryText:
+    """LLM rewrite of ``turn`` into a self-contained query; turns without history return the query itself.
+
+    Raises :class:`~convrag.llm.LLMFailure` when the LLM fails or replies with nothing usable.
+    """
+    return QueryText([], [_rewrite(turn, llm)])
+
+
+def dialogue_rewrite_text(turn: Turn, llm: Any) -> QueryText:
+    """:func:`dialogue_text` with the LLM rewrite (:func:`rewrite_text`) as the current query."""
+    return _dialogue(turn, _rewrite(turn, llm))
+
+
 @dataclass(frozen=True)
 class Strategy:
     """A named query formatter; ``needs_llm`` strategies take the LLM as second argument."""
 
     name: str
-    fn: Callable[..., str]
+    fn: Callable[..., QueryText]
     description: str
     needs_llm: bool = False
+    argument: str | None = None
 
-    def format(self, turn: Turn, llm: Any = None) -> str:
+    def format(self, turn: Turn, llm: Any = None) -> QueryText:
+        if self.argument is not None:
+            return self.fn(turn, self.argument)
         if self.needs_llm:
             if llm is None:
                 raise ConvragError(f"strategy {self.name!r} needs an LLM (pass llm=...)")
@@ -196,11 +249,14 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy("history", history_text, "conversation history + query"),
         Strategy("history+reasoning", history_reasoning_text, "history + query + reasoning"),
         Strategy("reasoning-metadata", metadata_text, "query + target information + relevance signals"),
+        Strategy("dialogue", dialogue_text, "User:/Agent: history lines + User: query (MTR-Suite)"),
+        Strategy("dialogue+rewrite", dialogue_rewrite_text, "dialogue history + LLM rewrite", needs_llm=True),
+        Strategy("llm-rewrite", rewrite_text, "LLM rewrite (alias of rewrite)", needs_llm=True),
     )
 }
 PAPER_STRATEGIES = ("baseline", "rewrite", "reasoning", "history", "history+reasoning")
 LABELS = {"baseline": "Base", "rewrite": "QR", "reasoning": "Reas", "history": "Hist", "history+reasoning": "H+R",
-          "reasoning-metadata": "Meta"}  # fmt: skip
+          "reasoning-metadata": "Meta", "dialogue": "Dialogue"}  # fmt: skip
 
 
 def available_strategies() -> list[str]:
@@ -209,10 +265,15 @@ def available_strategies() -> list[str]:
 
 
 def get_strategy(name: str) -> Strategy:
-    """The strategy called ``name``; raises ``ConvragError`` naming the known ones otherwise."""
+    """The strategy called ``name`` (or ``field:NAME``); raises ``ConvragError`` naming the known ones otherwise."""
+    if name.strip().startswith(FIELD_PREFIX):
+        column = name.strip()[len(FIELD_PREFIX):]
+        if not column:
+            raise ConvragError(f"strategy {name!r} names no field")
+        return Strategy(f"{FIELD_PREFIX}{column}", field_text, f"the turn's {column!r} as shipped", argument=column)
     key = name.strip().lower()
     if key not in STRATEGIES:
-        raise ConvragError(f"unknown query strategy {name!r}; known: {', '.join(STRATEGIES)}")
+        raise ConvragError(f"unknown query strategy {name!r}; known: {', '.join(STRATEGIES)}, field:NAME")
     return STRATEGIES[key]
 
 
@@ -222,7 +283,7 @@ class FormattedQueries:
     the baseline text instead), ``llm_calls`` (turns sent to the LLM, cached or not)."""
 
     strategy: str
-    texts: dict[str, str]
+    texts: dict[str, QueryText]
     failures: dict[str, str] = field(default_factory=dict)
     fallbacks: list[str] = field(default_factory=list)
     llm_calls: int = 0
@@ -271,7 +332,8 @@ def format_queries(
         first = next(iter(failures.items()))
         raise RewriteError(f"query rewrite failed for {len(failures)} of {len(pending)} turns "
                            f"(first: {first[0]}: {first[1]}); pass on_failure='baseline' to fall back")  # fmt: skip
-    texts = {t.qid: done.get(t.qid) or baseline_text(t) for t in items}
+    texts = {t.qid: done.get(t.qid) or (baseline_text(t) if strategy.name != "dialogue+rewrite" else dialogue_text(t))
+             for t in items}  # fmt: skip
     return FormattedQueries(strategy.name, texts, failures, list(failures), llm_calls=len(pending))
 
 

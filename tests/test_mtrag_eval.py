@@ -14,13 +14,11 @@ from convrag.metrics.retrieval.trec import read_run
 from convrag.errors import DataError
 from convrag.evaluation.mtrag import (
     check_submission,
-    evaluate_folder,
     measures,
     read_input_task_ids,
     read_submission,
     render_tables,
     score_subtask_a,
-    write_runs,
     write_submission,
 )
 from tests.conftest import DATA
@@ -182,7 +180,12 @@ def test_evaluate_folder_bm25_on_mtrag_un(tmp_path):
     export_benchmark("mtrag-un", tmp_path / "un", configs=configs, options=options)
     qrels = {d: _qrels(SRC / "mtragun-human" / "retrieval_tasks" / "qrels" / f"{d}.tsv") for d in DOMAINS}
     perfect = {q.replace("<::>", "::"): {doc: 1.0 for doc in rels} for d in DOMAINS for q, rels in qrels[d].items()}
-    results = evaluate_folder(tmp_path / "un", retrievers=["bm25"], n_bootstrap=50, external_runs={"gold": perfect})
+    from convrag.builders.mtrag_un import MTRAGUN as cls
+
+    from convrag.evaluation.report import evaluate_folder, write_outputs
+
+    results, scored = evaluate_folder(tmp_path / "un", cls.EVALUATION, retrievers=["bm25"], n_bootstrap=50,
+                                      external_runs={"gold": perfect}, progress=False)  # fmt: skip
     assert results["views"] == ["lastturn", "questions"] and results["corpus_kind"]["fiqa"] == "cited"
     entry = results["results"][0]
     # official weights: every submitted task (507), not only the 332 scored ones
@@ -199,11 +202,11 @@ def test_evaluate_folder_bm25_on_mtrag_un(tmp_path):
     assert "| bm25 | lastturn | all (official, weighted) |" in table and "macro (ours)" in table
 
     # the runs written for the retriever score exactly as the in-memory ones, read back from either format
-    paths = write_runs(results["_runs"], tmp_path / "runs")
-    assert sorted(p.name for p in paths) == ["bm25__lastturn.jsonl", "bm25__lastturn.trec", "bm25__questions.jsonl",
-                                             "bm25__questions.trec"]  # fmt: skip
-    again = evaluate_folder(tmp_path / "un", retrievers=[], n_bootstrap=50,
-                            submissions={"sub": tmp_path / "runs" / "bm25__lastturn.jsonl"},
-                            external_runs={"trec": read_run(tmp_path / "runs" / "bm25__lastturn.trec")})
+    paths = write_outputs(results, scored, tmp_path)
+    assert sorted(p.name for p in paths if p.parent.name == "runs") == [
+        "bm25__lastturn.jsonl", "bm25__lastturn.trec", "bm25__questions.jsonl", "bm25__questions.trec"]
+    again, _ = evaluate_folder(tmp_path / "un", cls.EVALUATION, retrievers=[], n_bootstrap=50, progress=False,
+                               submissions={"sub": tmp_path / "runs" / "bm25__lastturn.jsonl"},
+                               external_runs={"trec": read_run(tmp_path / "runs" / "bm25__lastturn.trec")})
     for rescored in again["results"]:
         assert rescored["official_all"] == entry["official_all"] and rescored["per_query"] == entry["per_query"]

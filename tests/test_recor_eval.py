@@ -8,10 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from convrag.builders.recor import RECOR
 from scipy import stats
 
 from convrag.evaluation import recor_tables as rt
-from convrag.evaluation.recor import MEASURES, analyse, evaluate_recor, render_tables, write_outputs
+from convrag.evaluation.recor import MEASURES, analyse, render_tables
+from convrag.evaluation.report import evaluate_folder, write_outputs
 from convrag.export import export_benchmark
 
 from .conftest import DATA
@@ -126,11 +128,8 @@ def test_tables_shapes_and_outputs(results: dict, tmp_path: Path) -> None:
     assert len(t5) == 2 + 2 + 1 and t5[-1].startswith("| Macro | 4 |")
     t19 = rt.table19(results).splitlines()
     assert t19[0] == "| Strategy | Retriever | T1 | T2 | T3 | T4 | T5+ | Trend T2→T4 |" and len(t19) == 2 + 3 * 3 + 1
-    paths = write_outputs(results, tmp_path / "out")
-    assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    saved = json.loads(paths["json"].read_text())
-    assert saved["systems"]["bm25"]["baseline"]["macro"]["nDCG@10"] == pytest.approx(7 / 12)
-    assert paths["markdown"].read_text() == md
+    rt.plot_turn_positions(results, str(tmp_path / "plot.png"))
+    assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.slow
@@ -141,8 +140,8 @@ def test_end_to_end_on_the_real_sample(tmp_path: Path) -> None:
 
     folder = tmp_path / "recor"
     export_benchmark("recor", folder, options={"source": str(DATA / "recor" / "sample")})
-    res = evaluate_recor(folder, retrievers=("bm25", "dense"), llm=get_llm("default", cache=tmp_path / "llm"),
-                         n_bootstrap=200, progress=False)  # fmt: skip
+    res, scored = evaluate_folder(folder, RECOR.EVALUATION, retrievers=("bm25", "dense"), n_bootstrap=200,
+                                  llm=get_llm("default", cache=tmp_path / "llm"), progress=False)  # fmt: skip
     assert res["strategies"] == ["baseline", "rewrite", "reasoning", "history", "history+reasoning"]
     assert res["n_turns"] == {"biology": 3, "drones": 4, "earth_science": 3, "law": 3}
     assert res["rewrite"]["llm_calls"] == 9 and not res["rewrite"]["failures"]
@@ -156,8 +155,11 @@ def test_end_to_end_on_the_real_sample(tmp_path: Path) -> None:
         assert all(0.0 <= v <= 1.0 for v in entry["average"].values()) and entry["average"].keys() >= {"T1", "T2", "T3"}
     assert sum(b["count"] for b in res["failure_analysis"]["paper"]["bands"]) == 13
     assert len(res["significance"]) == 3 * 6  # 4 vs baseline + H+R vs Hist + H+R vs Reas, pooled + 2 retrievers
-    paths = write_outputs(res, tmp_path / "results")
-    assert paths["plot"].read_bytes()[:4] == b"\x89PNG" and len(list((tmp_path / "results" / "runs").iterdir())) == 10
-    md = paths["markdown"].read_text()
+    write_outputs(res, scored, tmp_path / "results")
+    out = tmp_path / "results"
+    assert (out / "turn_position.png").read_bytes()[:4] == b"\x89PNG" and len(list((out / "runs").iterdir())) == 10
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["systems"]["bm25"]["baseline"]["macro"] == res["systems"]["bm25"]["baseline"]["macro"]
+    md = (out / "results.md").read_text()
     assert all(t in md for t in ("Table 3", "Table 5", "Table 6", "Table 17", "Table 19", "Failure analysis"))
     print(md)

@@ -56,9 +56,10 @@ def ranked(scores: Mapping[str, float]) -> list[str]:
     return sorted(by_id, key=lambda d: -float(scores[d]))  # stable: ties keep the id-descending order
 
 
-def judged(qrels: Qrels) -> set[str]:
-    """Queries with at least one relevant (score > 0) passage: the scored set."""
-    return {q for q, rels in qrels.items() if any(s > 0 for s in rels.values())}
+def judged(qrels: Qrels) -> list[str]:
+    """Queries with at least one relevant (score > 0) passage: the scored set, sorted (so that bootstrap
+    resamples, which depend on the order of the values, are the same in every process)."""
+    return sorted(q for q, rels in qrels.items() if any(s > 0 for s in rels.values()))
 
 
 @dataclass
@@ -105,15 +106,16 @@ def score_subtask_a(
     unscored = 0
     for d in sorted(set(runs) | set(qrels), key=lambda x: (x not in DOMAINS, x)):
         run, rels = runs.get(d, {}), qrels.get(d, {})
-        scored = judged(rels)
+        order = judged(rels)
+        scored = set(order)
         if scored:
-            per_query.update(score_run(run, {q: rels[q] for q in scored}, measures=names).per_query)
+            per_query.update(score_run(run, {q: rels[q] for q in order}, measures=names).per_query)
         evaluated = [q for q in run if q in scored]  # what pytrec_eval returns: run tasks with qrels
         unscored += sum(1 for q in run if q not in scored)
         row: dict[str, Any] = {"count": len(run), "n_evaluated": len(evaluated), "n_judged": len(scored),
                                "n_missing": len(scored) - len(evaluated)}  # fmt: skip
         row["official"] = {m: round(_mean([per_query[q][m] for q in evaluated]), OFFICIAL_DIGITS) for m in names}
-        row["ours"] = {m: _mean([per_query[q][m] for q in scored]) for m in names}
+        row["ours"] = {m: _mean([per_query[q][m] for q in order]) for m in names}
         if not evaluated and run:
             notes.append(f"{d}: no run task has qrels; the official script would fail on this collection")
         domains[d] = row
@@ -280,135 +282,7 @@ def write_submission(runs: Mapping[str, Run], path: str | Path, top_k: int = MAX
                 handle.write(json.dumps(item) + "\n")
 
 
-# ---------------------------------------------------------------- baselines over a built folder
-
-
-def _split(dd: Any) -> Any:
-    return dd["test"] if "test" in dd else dd[next(iter(dd))]
-
-
-def load_folder(folder: str | Path, corpus: str = "auto") -> dict[str, Any]:
-    """Read the per-domain views of a folder built by ``convrag build mtrag`` / ``mtrag-un``.
-
-    ``corpus``: ``full`` (``<domain>-corpus``), ``cited`` (``<domain>-cited-corpus``) or ``auto`` (full when
-    built, else cited). Returns {"views", "domains", "corpus_kind", "corpus", "queries", "qrels", "labels"}.
-    """
-    import datasets
-
-    folder = str(folder)
-    names = set(datasets.get_dataset_config_names(folder))
-    domains = [d for d in DOMAINS if f"{d}-qrels" in names]
-    if not domains:
-        raise DataError("no <domain>-qrels configs: not an MTRAG / MTRAG-UN folder", folder)
-    views = [v for v in ("lastturn", "questions", "rewrite") if all(f"{d}-{v}" in names for d in domains)]
-    out: dict[str, Any] = {"views": views, "domains": domains, "corpus_kind": {}, "corpus": {}, "queries": {},
-                           "qrels": {}, "labels": {}}  # fmt: skip
-    for d in domains:
-        kind = corpus if corpus != "auto" else ("full" if f"{d}-corpus" in names else "cited")
-        config = f"{d}-corpus" if kind == "full" else f"{d}-cited-corpus"
-        if config not in names:
-            raise DataError(f"config {config} was not built", folder)
-        out["corpus_kind"][d] = kind
-        out["corpus"][d] = _split(datasets.load_dataset(folder, config)).to_list()
-        qrels: Qrels = {}
-        for row in _split(datasets.load_dataset(folder, f"{d}-qrels")).to_list():
-            qrels.setdefault(row["query-id"], {})[row["corpus-id"]] = int(row["score"])
-        out["qrels"][d] = qrels
-        for v in views:
-            rows = _split(datasets.load_dataset(folder, f"{d}-{v}")).to_list()
-            out["queries"].setdefault(v, {})[d] = {r["_id"]: r["text"] for r in rows}
-            for r in rows:
-                out["labels"][r["_id"]] = {f: r.get(f, "") for f in GROUP_FIELDS}
-    return out
-
-
-def evaluate_folder(
-    folder: str | Path,
-    retrievers: Iterable[str] = ("bm25", "dense", "hybrid"),
-    views: Iterable[str] | None = None,
-    corpus: str = "auto",
-    k_values: Iterable[int] = K_VALUES,
-    top_k: int = MAX_CONTEXTS,
-    n_bootstrap: int = 1000,
-    confidence: float = 0.95,
-    seed: int = 0,
-    retriever_options: Mapping[str, Mapping[str, Any]] | None = None,
-    submissions: Mapping[str, str | Path] | None = None,
-    external_runs: Mapping[str, Run] | None = None,
-    progress: bool = False,
-) -> dict[str, Any]:
-    """Run each retriever over each query view, per domain (top ``top_k``), and score as Subtask A.
-
-    ``submissions``: name -> submission file, scored too (checked against the folder's task set);
-    ``external_runs``: name -> one run over all domains (e.g. a TREC run file), split by the task's domain.
-    Returns a JSON-ready dict: one entry per (system, view) with the ``SubtaskAResult`` and bootstrap CIs of
-    the micro mean and of each domain mean; the retrievers' runs ({domain: run} per ``"<spec>|<view>"``) are kept
-    under ``"_runs"`` for :func:`write_runs` (not JSON output).
-    """
-    from convrag.evaluation.stats import bootstrap_ci
-    from convrag.retrievers import get_retriever
-
-    data = load_folder(folder, corpus)
-    chosen = list(views) if views is not None else data["views"]
-    unknown = sorted(set(chosen) - set(data["views"]))
-    if unknown:
-        raise DataError(f"query views {unknown} not in the folder (has {data['views']})", str(folder))
-    ks = tuple(k_values)
-    entries: list[dict[str, Any]] = []
-    retriever_runs: dict[str, dict[str, Run]] = {}
-
-    def add(system: str, view: str, runs: dict[str, Run]) -> None:
-        result = score_subtask_a(runs, data["qrels"], data["labels"], ks)
-        ci = {m: bootstrap_ci([s[m] for s in result.per_query.values()], confidence, n_bootstrap, seed).to_dict()
-              for m in measures(ks)}  # fmt: skip
-        domain_ci = {d: {m: bootstrap_ci([result.per_query[q][m] for q in judged(data["qrels"][d])], confidence,
-                                         n_bootstrap, seed).to_dict() for m in measures(ks)}
-                     for d in data["domains"]}  # fmt: skip
-        entries.append({"system": system, "view": view, **result.to_dict(), "micro_ci": ci, "domain_ci": domain_ci})
-
-    for spec in retrievers:
-        per_view: dict[str, dict[str, Run]] = {v: {} for v in chosen}
-        for d in data["domains"]:
-            retriever = get_retriever(spec, **dict((retriever_options or {}).get(spec, {})))
-            retriever.index(data["corpus"][d], show_progress=progress)
-            for v in chosen:
-                per_view[v][d] = retriever.search(data["queries"][v][d], top_k=top_k, show_progress=progress)
-        for v in chosen:
-            add(spec, v, per_view[v])
-            retriever_runs[f"{spec}|{v}"] = per_view[v]
-    expected = [q for v in chosen[:1] for d in data["domains"] for q in data["queries"][v][d]]
-    for name, path in (submissions or {}).items():
-        add(name, "submission", read_submission(path, expected or None).runs)
-    domain_of = {q: d for v in data["queries"].values() for d, qs in v.items() for q in qs}
-    for name, run in (external_runs or {}).items():
-        by_domain: dict[str, Run] = {d: {} for d in data["domains"]}
-        for qid, ranking in run.items():
-            tid = normalize_task_id(qid)
-            if tid not in domain_of:
-                raise DataError(f"run {name!r} names task {qid!r}, which is not in the folder", str(folder))
-            by_domain[domain_of[tid]][tid] = dict(ranking)
-        add(name, "run", by_domain)
-    return {"folder": str(folder), "domains": data["domains"], "corpus_kind": data["corpus_kind"],
-            "views": chosen, "k_values": list(ks), "measures": measures(ks), "confidence": confidence,
-            "n_bootstrap": n_bootstrap, "seed": seed, "top_k": top_k, "results": entries,
-            "_runs": retriever_runs}  # fmt: skip
-
-
-def write_runs(runs: Mapping[str, Mapping[str, Run]], folder: str | Path) -> list[Path]:
-    """Write each ``"<spec>|<view>"`` run ({domain: run}) as ``<spec>__<view>.trec`` (every domain in one TREC
-    run) and ``<spec>__<view>.jsonl`` (the official submission format); returns the paths written."""
-    from convrag.metrics.retrieval.trec import safe_token, write_run
-
-    out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, by_domain in runs.items():
-        stem = safe_token(name.replace("|", "__"))
-        merged = {tid: ranking for run in by_domain.values() for tid, ranking in run.items()}
-        write_run(merged, out / f"{stem}.trec", tag=safe_token(name))
-        write_submission(by_domain, out / f"{stem}.jsonl")
-        paths += [out / f"{stem}.trec", out / f"{stem}.jsonl"]
-    return paths
+# ---------------------------------------------------------------- report
 
 
 def _fmt(value: float, digits: int) -> str:

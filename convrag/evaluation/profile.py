@@ -1,0 +1,120 @@
+"""Evaluation profiles: what ``convrag evaluate`` needs to know about a benchmark, declared as data.
+
+Every benchmark is evaluated by one path (:mod:`convrag.evaluation.engine`): turns -> query strategies ->
+retrievers over the corpus (or each turn's pool) -> per-turn scores -> groups -> aggregation -> tables, plots
+and runs. A builder declares its ``EVALUATION`` profile next to its code; the exporter records it in the
+README's ``convrag.evaluation`` block, and ``convrag evaluate`` reads it from there.
+
+Config names may contain ``{subset}``: a benchmark split into subsets (RECOR and MTRAG domains) is searched
+per subset, each turn over its own subset's corpus. Subsets are found from the built configs whose name
+matches the ``qrels`` pattern (``all`` is never a subset: it merges the others).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from convrag.errors import ConvragError
+
+#: Aggregation rules (see :mod:`convrag.evaluation.aggregate`).
+AGGREGATIONS = ("mean", "domain-macro", "mtrag-official")
+
+
+@dataclass(frozen=True)
+class EvaluationProfile:
+    """How a built benchmark is scored.
+
+    * ``turns``: config with one row per query / turn (``_id``, ``text``; see ``reader``).
+    * ``reader``: how rows become turns: ``queries`` (generic: ``history`` as a string or a list of
+      ``{role, content}`` messages, other columns kept as fields), ``recor`` (joins the ``conversations``
+      config's reasoning metadata) or ``views`` (MTRAG: texts of every config in ``views``, by query id).
+    * ``corpus``: corpus kind -> config, in order of preference (``--corpus auto`` takes the first built).
+    * ``qrels``: config with ``query-id``, ``corpus-id``, ``score``.
+    * ``pool``: where each turn's candidate ids are: ``field:<column>`` of the turns config, or
+      ``config:<name>`` (rows ``query-id`` + ``corpus-ids``); ``search``: ``corpus`` or ``pool`` by default.
+    * ``strategies``: default query strategies, display name -> strategy spec (``convrag.strategies``);
+      ``extra_strategies``: more names this benchmark gives a meaning to (asked for with ``--strategies``).
+    * ``retrievers``: default retriever specs; ``measures``: metric names (``convrag.metrics.retrieval``);
+      ``labels``: display names of measures; ``scale``: table values are multiplied by it (x100 papers).
+    * ``groups``: turn fields whose values group the per-turn scores in the report.
+    * ``aggregation``: ``mean`` (over turns), ``domain-macro`` (mean within each subset, then over subsets) or
+      ``mtrag-official`` (MTRAG's weighted "all" row, with our macro / micro beside it).
+    * ``report``: the paper-shaped tables to render (``stratrag``, ``mtrag``, ``recor``, ``mtr-bench``).
+    """
+
+    turns: str
+    qrels: str
+    corpus: Mapping[str, str]
+    reader: str = "queries"
+    conversations: str | None = None
+    views: Mapping[str, str] = field(default_factory=dict)
+    pool: str | None = None
+    search: str = "corpus"
+    split: str | None = None
+    strategies: Mapping[str, str] = field(default_factory=lambda: {"baseline": "baseline"})
+    extra_strategies: Mapping[str, str] = field(default_factory=dict)
+    retrievers: tuple[str, ...] = ("bm25", "dense")
+    measures: tuple[str, ...] = ("nDCG@10", "Recall@10", "MRR@10", "MAP@10")
+    labels: Mapping[str, str] = field(default_factory=dict)
+    scale: float = 1.0
+    groups: tuple[str, ...] = ()
+    aggregation: str = "mean"
+    report: str = "generic"
+    top_k: int = 100
+    submission: str | None = None
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.aggregation not in AGGREGATIONS:
+            raise ConvragError(f"unknown aggregation {self.aggregation!r}; known: {', '.join(AGGREGATIONS)}")
+        if self.search not in ("corpus", "pool"):
+            raise ConvragError(f"search must be 'corpus' or 'pool', got {self.search!r}")
+        if self.search == "pool" and not self.pool:
+            raise ConvragError("search='pool' needs a pool")
+
+    @property
+    def has_subsets(self) -> bool:
+        return "{subset}" in self.qrels
+
+    def label(self, measure: str) -> str:
+        return self.labels.get(measure, measure)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain YAML-safe dict (tuples as lists) for the README's ``convrag.evaluation`` block."""
+        return _plain(asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EvaluationProfile:
+        """Inverse of :meth:`to_dict`; unknown keys are an error naming them."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConvragError(f"evaluation profile has unknown keys {unknown}")
+        values = dict(data)
+        for name in ("retrievers", "measures", "groups", "notes"):
+            if name in values and values[name] is not None:
+                values[name] = tuple(values[name])
+        return cls(**values)
+
+
+def _plain(obj: Any) -> Any:
+    if isinstance(obj, Mapping):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def profile_of(manifest: Mapping[str, Any]) -> EvaluationProfile:
+    """The profile a built folder declares (README ``convrag.evaluation``); folders built before profiles
+    existed fall back to their builder's current ``EVALUATION``."""
+    if manifest.get("evaluation"):
+        return EvaluationProfile.from_dict(manifest["evaluation"])
+    from convrag.builders import get_builder_class
+
+    profile = getattr(get_builder_class(str(manifest.get("benchmark"))), "EVALUATION", None)
+    if profile is None:
+        raise ConvragError(f"benchmark {manifest.get('benchmark')!r} declares no evaluation profile")
+    return profile
