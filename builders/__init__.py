@@ -16,6 +16,7 @@ REGISTRY: dict[str, str] = {
     "mtrag": "mtrag:MTRAG",
     "mtrag-un": "mtrag_un:MTRAGUN",
     "recor": "recor:RECOR",
+    "mtr-bench": "mtr_bench:MTRBench",
 }
 
 

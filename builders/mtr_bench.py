@@ -1,0 +1,225 @@
+"""MTR-Bench (MTR-Suite, ACL 2026): synthetic multi-turn conversational retrieval over Wikipedia 2025-01.
+
+Configs (split ``test`` = the benchmark, plus ``train`` when the source has it):
+
+* ``conversations``: one row per conversation (``conversation_id``, ``domain`` = "", ``turns`` with the
+  query as ``text``, ``answer``, ``gold_doc_id``, ``cluster_idx``; ``switch_turn`` (-1: none), ``n_turns``);
+* ``queries``: one row per turn, ``_id`` = ``<conversation_id>:<turn>``, ``text`` = the current user query
+  (``messages[-2]``), ``history`` = every message before it, ``switch_turn``, ``switch_phase``,
+  ``cluster_idx``, ``answer`` (``messages[-1]``);
+* ``qrels``: the turn's one gold document (``corpus-id`` = str(ground_truth_document_idx), score 1);
+* ``candidates``: the turn's pool, the ``document_idx`` of its ``ctxs`` in stored order;
+* ``corpus``: MTR-DOCUMENT (``_id`` = row index), streamed; split ``test`` only, built when the source has it;
+* ``cluster-corpus``: every ``ctxs`` document of the split, sorted by document_idx (a far smaller search space).
+
+Conversation ids come from a ``conversation_id`` column when the source has one, else ``<split>-<n:05d>``
+(n = the conversation's 0-based position in file order). Option ``release``: ``12turn`` (default, the
+current Hub release) or ``8turn`` (the paper's MTR-BENCH / MTR-train); see ``mtr_bench_source`` for sources.
+The corpus repo name ``OkayestProgrammer/MTR-DOCUMENT`` is our assumption: no reference we have names it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import datasets
+import pyarrow.parquet as pq
+from datasets import Features, List, Value
+
+from convrag import schema
+from convrag.builder_base import BenchmarkBuilder, BenchmarkConfig
+from convrag.errors import DataError
+from convrag.evaluation.profile import EvaluationProfile
+from convrag.jsonl import iter_jsonl
+
+from . import mtr_bench_source as ms
+
+SPLITS = ("test", "train")
+BENCH_VIEWS = ("conversations", "queries", "qrels", "candidates", "cluster-corpus")
+VIEW_NAMES = ("conversations", "queries", "qrels", "candidates", "corpus", "cluster-corpus")
+MESSAGE = {"role": Value("string"), "content": Value("string")}
+DOCUMENT = schema.with_extra(schema.CORPUS, {"url": Value("string")})
+FEATURES: dict[str, Features] = {
+    "conversations": schema.conversation_features(
+        {"answer": Value("string"), "gold_doc_id": Value("string"), "cluster_idx": Value("int64")},
+        {"switch_turn": Value("int32"), "n_turns": Value("int32")}),
+    "queries": schema.with_extra(schema.QUERIES, {
+        "conversation_id": Value("string"), "turn": Value("int32"), "history": List(MESSAGE),
+        "switch_turn": Value("int32"), "switch_phase": Value("string"), "cluster_idx": Value("int64"),
+        "answer": Value("string")}),
+    "qrels": schema.QRELS,
+    "candidates": Features({"query-id": Value("string"), "corpus-ids": List(Value("string"))}),
+    "corpus": DOCUMENT,
+    "cluster-corpus": DOCUMENT,
+}  # fmt: skip
+
+
+@dataclass
+class MTRBenchConfig(BenchmarkConfig):
+    """``release``: ``12turn`` (current Hub release) or ``8turn`` (the paper's legacy MTR-BENCH / MTR-train)."""
+
+    release: str = "12turn"
+
+
+class MTRBench(BenchmarkBuilder):
+    """Builder of MTR-Bench conversations, per-turn queries, qrels, candidate pools and corpora."""
+
+    BENCHMARK = "mtr-bench"
+    CARD = "mtr-bench.md"
+    DEFAULT_SOURCES = {name: ms.HF + repo for name, (repo, _) in ms.RELEASES["12turn"].items()}
+    VERSION = datasets.Version("1.0.0")
+    BUILDER_CONFIG_CLASS = MTRBenchConfig
+    BUILDER_CONFIGS = [MTRBenchConfig(name=v, view=v, description=f"MTR-Bench {v}") for v in VIEW_NAMES]
+    DEFAULT_CONFIG_NAME = "queries"
+    DEFAULT_WRITER_BATCH_SIZE = 1000  # rows per Arrow record batch while writing (corpus rows are ~1.7 kB)
+    EVALUATION = EvaluationProfile(
+        turns="queries", qrels="qrels", corpus={"full": "corpus", "cluster": "cluster-corpus"}, reader="queries",
+        pool="config:candidates", search="corpus", split="test",
+        strategies={"history": "dialogue", "lastturn": "baseline"},
+        extra_strategies={"rewrite": "rewrite", "history+rewrite": "dialogue+rewrite"},
+        retrievers=("bm25", "dense"), measures=("Recall@1", "Recall@5", "Recall@20", "MRR@20", "nDCG@20"),
+        labels={"Recall@1": "R@1", "Recall@5": "R@5", "Recall@20": "R@20", "MRR@20": "MRR@20", "nDCG@20": "nDCG@20"},
+        scale=100.0, groups=("turn", "switch_phase"), aggregation="mean", report="mtr-bench", top_k=100,
+    )  # fmt: skip
+
+    @classmethod
+    def default_configs(cls, options: dict[str, Any] | None = None) -> list[str]:
+        """Configs the source can build: benchmark views need test or train, ``corpus`` needs a corpus."""
+        options = options or {}
+        found = ms.specs(options.get("source"), str(options.get("release") or "12turn"))
+        names = list(BENCH_VIEWS) if {"test", "train"} & set(found) else []
+        if "corpus" in found:
+            names.append("corpus")
+        return [c.name for c in cls.BUILDER_CONFIGS if c.name in names]
+
+    def _info(self) -> datasets.DatasetInfo:
+        return datasets.DatasetInfo(
+            description="MTR-Bench: synthetic multi-turn conversational retrieval over Wikipedia (conversations, "
+            "per-turn queries, one gold document per turn, cluster candidate pools, corpora).",
+            features=FEATURES[self.config.view],
+            homepage="https://huggingface.co/datasets/OkayestProgrammer/mtr-qwen35-fp8-12turn",
+            license="other",  # Wikipedia text is CC BY-SA 4.0; no licence for the generated dialogues is known
+        )
+
+    def _split_generators(self, dl_manager: datasets.DownloadManager) -> list[datasets.SplitGenerator]:
+        view, release = self.config.view, self.config.release
+        if view not in VIEW_NAMES:
+            raise DataError(f"unknown MTR-Bench config {view!r}; expected one of {list(VIEW_NAMES)}")
+        found = ms.specs(self.config.source, release)
+        where = str(self.config.source or "the Hub")
+        if view == "corpus":
+            corpus = ms.fetch(found.get("corpus"), "corpus")
+            if not corpus:
+                raise DataError("config 'corpus' needs an MTR-DOCUMENT corpus, not found in the source", where)
+            test = ms.fetch(found.get("test"), "test")
+            return [datasets.SplitGenerator(name="test", gen_kwargs={"split": "test", "files": corpus,
+                                                                     "bench": test, "corpus_rows": None})]
+        files = {s: ms.fetch(found.get(s), s) for s in SPLITS}
+        if not any(files.values()):
+            raise DataError("the source holds no test or train split of MTR-Bench", where)
+        for s in SPLITS:
+            if not files[s]:
+                self.report.add("splits skipped: the source lacks their files", s)
+        corpus_rows = self._corpus_rows(found.get("corpus"))
+        return [datasets.SplitGenerator(name=s, gen_kwargs={"split": s, "files": files[s], "bench": [],
+                                                            "corpus_rows": corpus_rows})
+                for s in SPLITS if files[s]]  # fmt: skip
+
+    def _corpus_rows(self, spec: ms.Spec | None) -> int | None:
+        """Corpus size for the gold check: local footers / line count; a Hub corpus only if already cached."""
+        unchecked = "gold ids not checked against the corpus (the source has no corpus, or it is not downloaded)"
+        if spec is None:
+            self.report.add(unchecked)
+            return None
+        try:
+            return corpus_size(ms.fetch(spec, "corpus", local_only=spec[0] == "hub"))
+        except DataError:
+            if spec[0] != "hub":
+                raise
+            self.report.add(unchecked)
+            return None
+
+    def _generate_examples(self, split: str, files: list[str], bench: list[str], corpus_rows: int | None):
+        view = self.config.view
+        if view == "corpus":
+            n = 0
+            for idx, title, text, url in iter_corpus(files):
+                yield idx, {"_id": str(idx), "title": title, "text": text, "url": url}
+                n = idx + 1
+            self.report.counts["corpus documents"] = n
+            if bench:  # the gold check of the benchmark's test split against the corpus just read
+                for _ in ms.Parser(split, self.config.release, self.report, corpus_rows=n).conversations(bench):
+                    pass
+            return
+        parser = ms.Parser(split, self.config.release, self.report, corpus_rows=corpus_rows,
+                           keep_docs=view == "cluster-corpus")  # fmt: skip
+        for conv in parser.conversations(files):
+            if view == "conversations":
+                yield conv.conversation_id, conversation_row(conv)
+            elif view != "cluster-corpus":
+                for t in conv.turns:
+                    qid = f"{conv.conversation_id}:{t.turn}"
+                    yield qid, turn_row(view, qid, conv, t)
+        if view == "cluster-corpus":
+            self.report.counts[f"cluster-corpus documents: {split}"] = len(parser.docs)
+            for idx in sorted(parser.docs):
+                title, text, url = parser.docs[idx]
+                yield idx, {"_id": str(idx), "title": title, "text": text, "url": url}
+
+
+def conversation_row(conv: ms.Conversation) -> dict[str, Any]:
+    """The ``conversations`` row of a parsed conversation."""
+    turns = [{"turn": t.turn, "speaker": "user", "text": t.query, "answer": t.answer, "gold_doc_id": str(t.gold),
+              "cluster_idx": t.cluster_idx} for t in conv.turns]  # fmt: skip
+    return {"conversation_id": conv.conversation_id, "domain": "", "turns": turns, "switch_turn": conv.switch_turn,
+            "n_turns": len(conv.turns)}  # fmt: skip
+
+
+def turn_row(view: str, qid: str, conv: ms.Conversation, t: ms.Turn) -> dict[str, Any]:
+    """The ``queries`` / ``qrels`` / ``candidates`` row of one turn."""
+    if view == "qrels":
+        return {"query-id": qid, "corpus-id": str(t.gold), "score": 1}
+    if view == "candidates":
+        return {"query-id": qid, "corpus-ids": [str(c) for c in t.candidates]}
+    return {"_id": qid, "text": t.query, "conversation_id": conv.conversation_id, "turn": t.turn,
+            "history": [{"role": m["role"], "content": m["content"]} for m in t.history],
+            "switch_turn": conv.switch_turn, "switch_phase": ms.switch_phase(t.turn, conv.switch_turn),
+            "cluster_idx": t.cluster_idx, "answer": t.answer}  # fmt: skip
+
+
+def iter_corpus(files: Iterable[str], batch_size: int = 2048) -> Iterator[tuple[int, str, str, str]]:
+    """(document_idx = row index, title, text, url) of an MTR-DOCUMENT corpus, streamed batch by batch."""
+    idx = 0
+    for path in files:
+        if path.endswith(".jsonl"):
+            rows: Iterator = ((line, (o.get("title"), o.get("text"), o.get("url")))
+                              for line, o in iter_jsonl(ms.utf8_lines(path), path))  # fmt: skip
+        else:
+            rows = enumerate(_corpus_batches(ms.open_parquet(path), path, batch_size), start=1)
+        for where, values in rows:
+            if not all(type(v) is str for v in values):
+                raise DataError("corpus row needs string 'title', 'text' and 'url'", path, where)
+            yield idx, *values
+            idx += 1
+
+
+def _corpus_batches(pf: pq.ParquetFile, path: str, batch_size: int) -> Iterator[tuple[Any, Any, Any]]:
+    missing = [c for c in ("title", "text", "url") if c not in pf.schema_arrow.names]
+    if missing:
+        raise DataError(f"corpus lacks columns {missing}", path)
+    for batch in pf.iter_batches(batch_size=batch_size, columns=["title", "text", "url"]):
+        yield from zip(*(batch.column(c).to_pylist() for c in ("title", "text", "url")), strict=True)
+
+
+def corpus_size(files: list[str]) -> int:
+    """Rows of a corpus: Parquet footers only; JSONL non-blank lines."""
+    total = 0
+    for path in files:
+        if path.endswith(".jsonl"):
+            with open(path, "rb") as handle:
+                total += sum(1 for line in handle if line.strip())
+        else:
+            total += ms.open_parquet(path).metadata.num_rows
+    return total
