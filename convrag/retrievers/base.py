@@ -141,7 +141,8 @@ class Retriever(ABC):
         if top_k is not None and top_k < 1:
             raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
         qids = [str(q) for q in queries]
-        texts = [str(queries[q]) for q in queries]
+        # str subclasses (a strategy's QueryText, which keeps its history / query parts) pass through unchanged
+        texts = [t if isinstance(t, str) else str(t) for t in (queries[q] for q in queries)]
         if not qids:
             return {}
         progress = self._progress(show_progress)

