@@ -107,12 +107,7 @@ def export_benchmark(
             summary.rows[name] = {}
             data_files = []
             for split, ds in dataset.items():
-                n_shards = max(1, -(-len(ds) // MAX_SHARD_ROWS))
-                for index in range(n_shards):
-                    shard = ds.shard(n_shards, index, contiguous=True) if n_shards > 1 else ds
-                    path = out / name / f"{split}-{index:05d}-of-{n_shards:05d}.parquet"
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    shard.to_parquet(str(path))
+                write_parquet_shards(ds, out / name, split)
                 data_files.append({"split": split, "path": f"{name}/{split}-*"})
                 summary.rows[name][split] = len(ds)
             metadata[name] = {"data_files": data_files}
@@ -129,6 +124,44 @@ def export_benchmark(
         summary.report.setdefault("examples", {})["configs skipped: the source lacks their files"] = skipped
     write_readme(out, cls, infos, metadata, summary, options)
     return summary
+
+
+def write_parquet_shards(ds: datasets.Dataset, folder: Path, split: str) -> list[Path]:
+    """Write ``ds`` as ``<split>-XXXXX-of-YYYYY.parquet`` files of at most ``MAX_SHARD_ROWS`` rows (contiguous,
+    sizes as ``Dataset.shard(contiguous=True)``), streaming record batches from the Arrow cache files so that
+    memory stays flat in the split's size (no memory-mapped pages are touched). Falls back to
+    ``Dataset.to_parquet`` for an in-memory dataset."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    n_rows = len(ds)
+    n_shards = max(1, -(-n_rows // MAX_SHARD_ROWS))
+    sizes = [n_rows // n_shards + (1 if i < n_rows % n_shards else 0) for i in range(n_shards)]
+    paths = [folder / f"{split}-{i:05d}-of-{n_shards:05d}.parquet" for i in range(n_shards)]
+    files = [f["filename"] for f in ds.cache_files]
+    if not files or ds._indices is not None or n_rows == 0:
+        for i, path in enumerate(paths):
+            (ds.shard(n_shards, i, contiguous=True) if n_shards > 1 else ds).to_parquet(str(path))
+        return paths
+    schema = ds.features.arrow_schema
+    index, written, writer = 0, 0, pq.ParquetWriter(str(paths[0]), schema)
+    try:
+        for filename in files:
+            with pa.OSFile(filename) as source:
+                for batch in pa.ipc.open_stream(source):
+                    batch = batch.cast(schema) if batch.schema != schema else batch
+                    while batch.num_rows:
+                        if written == sizes[index]:
+                            writer.close()
+                            index, written = index + 1, 0
+                            writer = pq.ParquetWriter(str(paths[index]), schema)
+                        take = min(batch.num_rows, sizes[index] - written)
+                        writer.write_batch(batch.slice(0, take))
+                        written, batch = written + take, batch.slice(take)
+    finally:
+        writer.close()
+    return paths
 
 
 def _card_template(card_file: str) -> str:

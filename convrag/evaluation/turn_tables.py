@@ -15,6 +15,10 @@ from collections.abc import Mapping
 from typing import Any
 
 
+#: column order of the topic-switch table (values the builders write in ``switch_phase``)
+PHASES = ("no switch", "before switch", "first turn after switch", "after switch")
+
+
 def _f(value: Any, digits: int, scale: float) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "–"
@@ -48,6 +52,7 @@ def group_table(results: Mapping[str, Any], group: str, measures: list[str], dig
     if not systems or group not in next(iter(systems.values()))["groups_by"]:
         return None
     values = list(next(iter(systems.values()))["groups_by"][group])
+    values.sort(key=lambda v: PHASES.index(v) if v in PHASES else len(PHASES))
     rows = []
     for name, system in systems.items():
         for m in measures:
