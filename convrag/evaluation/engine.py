@@ -89,6 +89,14 @@ def _doc_keys(data: BenchmarkData) -> dict[tuple[str, str], str]:
             for s, rows in data.corpus.items() for row in rows}  # fmt: skip
 
 
+def _fit_counts(retriever: Any) -> dict[str, int]:
+    """Statuses of the last search's query fitting (dense retrievers, or a composite's dense component)."""
+    for r in [retriever, *getattr(retriever, "components", [])]:
+        if getattr(r, "fit_stats", None):
+            return dict(r.fit_stats)
+    return {}
+
+
 def _judged(qrels: Mapping[str, Mapping[str, int]], qids: Sequence[str]) -> bool:
     return any(v > 0 for q in qids for v in qrels.get(q, {}).values())
 
@@ -175,8 +183,7 @@ def run_benchmark(
             for name in chosen:
                 queries = {t.qid: texts[name][t.qid] for t in turns}
                 runs[name][s] = retriever.search(queries, top_k=k, pools=pools, show_progress=progress)
-                stats = retriever.describe().get("query_fitting", {}).get("counts")
-                for status, n in (stats or {}).items():
+                for status, n in _fit_counts(retriever).items():
                     fitting.setdefault(name, {}).setdefault(status, 0)
                     fitting[name][status] += n
         for name in chosen:

@@ -14,7 +14,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-
 #: column order of the topic-switch table (values the builders write in ``switch_phase``)
 PHASES = ("no switch", "before switch", "first turn after switch", "after switch")
 

@@ -36,6 +36,9 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     ),
 }
 
+#: the encoder settings before issue 11: no query fitting, text cut at its end
+UNFITTED = ("--dense-option", "fit_queries=false", "--dense-option", "query_truncation=right")
+
 VOLATILE = {"seconds", "folder", "retriever_configs", "config", "build_options", "strategy_layouts", "rewrite"}
 DIGESTED = {"per_query", "per_turn"}
 

@@ -17,11 +17,13 @@ from convrag.cli import main
 from .cases import CASES, EXPECTED, flatten
 
 
-def run_case(name: str, data: Path, work: Path) -> dict:
+def run_case(name: str, data: Path, work: Path, extra: tuple[str, ...] = ()) -> dict:
+    """Build case ``name`` (once per ``work`` folder) and evaluate it with ``extra`` arguments added."""
     build, evaluate = CASES[name]
-    folder, out = work / name, work / f"{name}-results"
-    assert main([a.format(data=data) for a in build] + ["--out", str(folder)]) == 0
-    assert main(["evaluate", str(folder), "--out", str(out), "--no-progress", *evaluate]) == 0
+    folder, out = work / name, work / f"{name}-results{len(list(work.glob(f'{name}-results*')))}"
+    if not folder.exists():
+        assert main([a.format(data=data) for a in build] + ["--out", str(folder)]) == 0
+    assert main(["evaluate", str(folder), "--out", str(out), "--no-progress", *evaluate, *extra]) == 0
     return json.loads((out / "results.json").read_text())
 
 
