@@ -126,6 +126,22 @@ def export_benchmark(
     return summary
 
 
+def _streamable(ds: datasets.Dataset, files: list[str]) -> bool:
+    """True when ``ds`` is exactly the rows of its Arrow cache files, in order (no indices, no in-memory or
+    transformed parts), so streaming those files writes exactly ``ds``."""
+    from datasets.table import ConcatenationTable, MemoryMappedTable
+
+    table = ds.data
+    leaves = [t for row in table.blocks for t in row] if isinstance(table, ConcatenationTable) else [table]
+    return bool(
+        files and len(ds) and ds._indices is None
+        and all(isinstance(t, MemoryMappedTable) and all(r[0] == "replace_schema_metadata" for r in t.replays)
+                for t in leaves)
+        and [t.path for t in leaves] == files and sum(t.num_rows for t in leaves) == len(ds)
+        and table.schema.names == ds.features.arrow_schema.names
+    )  # fmt: skip
+
+
 def write_parquet_shards(ds: datasets.Dataset, folder: Path, split: str) -> list[Path]:
     """Write ``ds`` as ``<split>-XXXXX-of-YYYYY.parquet`` files of at most ``MAX_SHARD_ROWS`` rows (contiguous,
     sizes as ``Dataset.shard(contiguous=True)``), streaming record batches from the Arrow cache files so that
@@ -140,7 +156,7 @@ def write_parquet_shards(ds: datasets.Dataset, folder: Path, split: str) -> list
     sizes = [n_rows // n_shards + (1 if i < n_rows % n_shards else 0) for i in range(n_shards)]
     paths = [folder / f"{split}-{i:05d}-of-{n_shards:05d}.parquet" for i in range(n_shards)]
     files = [f["filename"] for f in ds.cache_files]
-    if not files or ds._indices is not None or n_rows == 0:
+    if not _streamable(ds, files):
         for i, path in enumerate(paths):
             (ds.shard(n_shards, i, contiguous=True) if n_shards > 1 else ds).to_parquet(str(path))
         return paths
@@ -161,6 +177,8 @@ def write_parquet_shards(ds: datasets.Dataset, folder: Path, split: str) -> list
                         written, batch = written + take, batch.slice(take)
     finally:
         writer.close()
+    if index != n_shards - 1 or written != sizes[-1]:
+        raise ConvragError(f"export of split {split!r} wrote {sum(sizes[:index]) + written} of {n_rows} rows")
     return paths
 
 

@@ -102,3 +102,33 @@ def test_results_follow_the_files_on_disk(recor, tmp_path):
         return results
 
     assert get(first) != get(second)
+
+
+def _plain(base: EvaluationProfile, **changes) -> EvaluationProfile:
+    return EvaluationProfile.from_dict({**base.to_dict(), "aggregation": "mean", "report": "generic",
+                                        "groups": ["turn"], **changes})  # fmt: skip
+
+
+def test_bad_requests_are_clear_errors(recor):
+    profile = get_builder_class("recor").EVALUATION
+    kw = {"retrievers": ["bm25"], "strategies": ["baseline"], "n_bootstrap": 10, "progress": False}
+    with pytest.raises(ConvragError, match="external runs are not part"):
+        evaluate_folder(recor, profile, external_runs={"mine": {}}, **kw)
+    with pytest.raises(ConvragError, match="nDCG@10"):
+        evaluate_folder(recor, profile, measures=["Recall@5"], **kw)
+    with pytest.raises(ConvragError, match="already used"):
+        evaluate_folder(recor, _plain(profile), external_runs={"bm25": {}}, **kw)
+
+
+def test_runs_are_as_deep_as_the_deepest_cut_off_and_qualified_ids_map_back(recor):
+    profile = _plain(get_builder_class("recor").EVALUATION, measures=["nDCG@10", "Recall@200"], top_k=5)
+    results, scored = evaluate_folder(recor, profile, retrievers=["bm25"], strategies=["baseline"], n_bootstrap=10,
+                                      progress=False)  # fmt: skip
+    assert scored.info["top_k"] == 200
+    law = {t.qid: t for t in scored.data.turns if t.domain == "law"}
+    qrels = scored.data.qrels["law"]
+    gold = {q: {f"law:{d}": 1.0 for d in qrels[q]} for q in law}  # ids written as <subset>:<id>
+    results, _ = evaluate_folder(recor, profile, retrievers=[], external_runs={"gold": gold}, n_bootstrap=10,
+                                 progress=False)  # fmt: skip
+    per_query = results["per_query"]["gold"]
+    assert all(per_query[q]["Recall@200"] == 1.0 for q in law)

@@ -42,6 +42,10 @@ def aggregate_mean(scored: Scored, n_bootstrap: int = 1000, confidence: float = 
             name = system_name(scored, system, strategy)
             per_query[name], origin[name] = pq, (system, strategy)
     qids = sorted(next(iter(per_query.values()))) if per_query else []
+    if not qids:
+        from convrag.errors import DataError
+
+        raise DataError("no turn of the split has a relevant document: nothing to score")
 
     def stats(names: list[str], pq: dict[str, dict[str, float]]) -> dict[str, Any]:
         return {m: bootstrap_ci([pq[q][m] for q in names], confidence, n_bootstrap, seed).to_dict() for m in measures}
@@ -75,6 +79,7 @@ def aggregate_mean(scored: Scored, n_bootstrap: int = 1000, confidence: float = 
         "group_field": profile.groups[0] if profile.groups else None,
         "group_fields": list(profile.groups),
         "pool_restricted": scored.data.pools is not None,
+        "qrels_missing_documents": sum(scored.data.missing_docs.values()),
         "confidence": confidence,
         "n_bootstrap": n_bootstrap,
         "seed": seed,
@@ -135,6 +140,7 @@ def aggregate(scored: Scored, n_bootstrap: int = 1000, confidence: float = 0.95,
     results.setdefault("seconds", scored.seconds)
     results.setdefault("strategy_layouts", scored.info["strategy_layouts"])
     results.setdefault("rewrite", scored.info["rewrite"])
+    results["rewrites"] = scored.info["rewrites"]
     results["strategy_specs"] = scored.info["strategy_specs"]
     results["search"] = scored.info["search"]
     return results

@@ -99,7 +99,15 @@ def _name(pattern: str, subset: str) -> str:
 
 
 def _choose_split(folder: Folder, profile: EvaluationProfile, subset: str, split: str | None) -> str:
-    config = _name(profile.turns if profile.reader != "views" else next(iter(profile.views.values())), subset)
+    if profile.reader == "views":
+        configs = [_name(c, subset) for c in profile.views.values() if folder.has(_name(c, subset))]
+    else:
+        configs = [c for c in [_name(profile.turns, subset)] if folder.has(c)]
+    if not configs or not folder.splits(configs[0]):
+        wanted = [_name(c, subset) for c in profile.views.values()] if profile.reader == "views" else [
+            _name(profile.turns, subset)]
+        raise DataError(f"no query config was built (needs {' or '.join(wanted)})", str(folder.path))
+    config = configs[0]
     available = folder.splits(config)
     wanted = split or profile.split
     if wanted:
@@ -231,9 +239,12 @@ def load_benchmark(folder_path: str | os.PathLike, profile: EvaluationProfile, s
         qrels_config = _name(profile.qrels, s)
         qrels, missing = _qrels(folder.rows(qrels_config, chosen_split), {t.qid for t in turns},
                                 {r["_id"] for r in rows}, f"{folder.path}/{qrels_config}",
-                                "error" if profile.aggregation == "mean" else "count")  # fmt: skip
+                                "count")  # fmt: skip
         data.turns += turns
         data.corpus[s], data.corpus_kind[s], data.qrels[s], data.missing_docs[s] = rows, kinds[0], qrels, missing
+    dupes = [q for q, n in Counter(t.qid for t in data.turns).items() if n > 1]
+    if dupes:
+        raise DataError(f"query ids shared by several subsets: {dupes[:5]}", str(folder.path))
     if search == "pool":
         data.pools = _pools(folder, profile, data)
     return data

@@ -7,7 +7,8 @@ the builder declared (read from the folder's README).
 
 Per-turn scores follow ``convrag.metrics.retrieval`` (trec_eval semantics). A turn whose subset has no
 relevant document at all is left out and listed; a turn without a relevant document is excluded by the
-metric and listed. Runs keep the best ``profile.top_k`` documents (all of the pool when ``None``).
+metric and listed. Runs keep the best ``profile.top_k`` documents (all of the pool when ``None``), and never
+fewer than the deepest cut-off asked for (``Recall@1000`` gets 1000 documents).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from convrag.errors import DataError
+from convrag.errors import ConvragError, DataError
 from convrag.evaluation.data import BenchmarkData, load_benchmark
 from convrag.evaluation.profile import EvaluationProfile
 from convrag.metrics.retrieval.compute import score_run
@@ -26,6 +27,7 @@ from convrag.retrievers import get_retriever
 from convrag.strategies import format_queries, get_strategy
 
 Run = dict[str, dict[str, float]]
+HISTORY_STRATEGIES = ("history", "history+reasoning", "dialogue", "dialogue+rewrite", "rewrite", "llm-rewrite")
 
 
 @dataclass
@@ -62,8 +64,12 @@ def resolve_strategies(profile: EvaluationProfile, data: BenchmarkData, names: S
         column = spec.partition("field:")[2]
         return not column or any(t.fields.get(column) for t in data.turns)
 
+    def present_everywhere(spec: str) -> bool:
+        column = spec.partition("field:")[2]
+        return not column or all(t.fields.get(column) for t in data.turns)
+
     if names is None:
-        chosen = {n: s for n, s in profile.strategies.items() if present(s)}
+        chosen = {n: s for n, s in profile.strategies.items() if present_everywhere(s)}
         if not chosen:
             raise DataError(f"none of the strategies {list(profile.strategies)} has its data in the folder")
         return chosen
@@ -74,6 +80,9 @@ def resolve_strategies(profile: EvaluationProfile, data: BenchmarkData, names: S
         if not present(spec):
             raise DataError(f"query strategy {name!r} reads field {spec!r}, which the folder's turns do not have "
                             f"(available: {[n for n, s in known.items() if present(s)]})")  # fmt: skip
+        if get_strategy(spec).name in HISTORY_STRATEGIES and not any(t.history_string() for t in data.turns):
+            raise DataError(f"query strategy {name!r} needs conversation history, and no turn of the folder has any "
+                            "(MTRAG: build the <domain>-tasks configs too)")  # fmt: skip
         chosen[name] = spec
     return chosen
 
@@ -126,10 +135,15 @@ def check_external_run(run: Mapping[str, Mapping[str, float]], data: BenchmarkDa
         key = normalize(qid) if normalize else qid
         if key not in subset_of:
             raise DataError(f"run has unknown query id {qid!r}", name)
-        unknown = [d for d in ranking if d not in doc_ids[subset_of[key]]]
+        s = subset_of[key]
+        # ids qualified as <subset>:<id> (how runs over several subsets are written) map back to the subset's ids
+        local = {(d[len(s) + 1:] if s and d.startswith(f"{s}:") and d not in doc_ids[s] else d): v
+                 for d, v in ranking.items()}  # fmt: skip
+        unknown = [d for d in local if d not in doc_ids[s]]
         if unknown:
-            raise DataError(f"run for query {qid!r} has unknown doc ids {unknown[:5]}", name)
-        out[subset_of[key]][key] = dict(ranking)
+            raise DataError(f"run for query {qid!r} has unknown doc ids {unknown[:5]} (not in the evaluated "
+                            f"{data.corpus_kind[s]!r} corpus)", name)  # fmt: skip
+        out[s][key] = local
     return out
 
 
@@ -152,8 +166,9 @@ def run_benchmark(
     data = load_benchmark(folder, profile, split=split, corpus=corpus, search=search)
     chosen = resolve_strategies(profile, data, strategies)
     specs = list(profile.retrievers if retrievers is None else retrievers)
+    profile.check_measures(list(measures or profile.measures))
     scored = Scored(profile, data, list(measures or profile.measures), specs, list(chosen))
-    texts, rewrite = {}, None
+    texts, rewrite = {}, {}
     model = None
     for name, spec in chosen.items():
         if get_strategy(spec).needs_llm and model is None:
@@ -163,14 +178,17 @@ def run_benchmark(
         formatted = format_queries(spec, data.turns, llm=model, progress=progress, on_failure=on_rewrite_failure)
         texts[name] = formatted.texts
         if get_strategy(spec).needs_llm:
-            rewrite = {"llm": model.spec, **formatted.to_dict()}
+            rewrite[name] = {"llm": model.spec, **formatted.to_dict()}
     scored.info = {
-        "rewrite": rewrite, "strategy_specs": chosen,
+        "rewrite": next(reversed(rewrite.values())) if rewrite else None, "rewrites": rewrite, "strategy_specs": chosen,
         "strategy_layouts": {n: (get_strategy(s).fn.__doc__ or "").strip().splitlines()[0] for n, s in chosen.items()},
         "search": "pool" if data.pools is not None else "corpus",
         "top_k": profile.top_k if top_k is None else top_k,
     }  # fmt: skip
+    deepest = max((int(m.split("@")[1]) for m in scored.measures if "@" in m), default=0)
     k = scored.info["top_k"]
+    if k is not None and deepest > k:
+        k = scored.info["top_k"] = deepest
     for spec in specs:
         start = time.perf_counter()
         retriever = get_retriever(spec, **dict((retriever_options or {}).get(spec, {})))
@@ -190,13 +208,13 @@ def run_benchmark(
             score_runs(scored, spec, name, runs[name])
         scored.configs[spec] = {**retriever.describe(), **({"query_fitting_counts": fitting} if fitting else {})}
         scored.seconds[spec] = time.perf_counter() - start
-    if not specs:
-        scored.per_turn = {}
     return scored
 
 
 def add_external(scored: Scored, name: str, strategy: str, runs: Mapping[str, Run]) -> None:
     """Score an external run ({subset: run}) as system ``name`` under ``strategy`` (e.g. ``run``)."""
+    if name in scored.configs:
+        raise ConvragError(f"external run name {name!r} is already used by a retriever or another run")
     score_runs(scored, name, strategy, runs)
     scored.configs[name] = {"type": f"external {strategy}"}
     if name not in scored.systems:

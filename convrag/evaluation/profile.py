@@ -64,7 +64,6 @@ class EvaluationProfile:
     report: str = "generic"
     top_k: int = 100
     submission: str | None = None
-    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.aggregation not in AGGREGATIONS:
@@ -77,6 +76,16 @@ class EvaluationProfile:
     @property
     def has_subsets(self) -> bool:
         return "{subset}" in self.qrels
+
+    def check_measures(self, measures: list[str] | tuple[str, ...]) -> None:
+        """Raise ``ConvragError`` when the aggregation cannot report ``measures`` (RECOR's tables need nDCG@10;
+        MTRAG's official rows are nDCG@k and Recall@k only)."""
+        if self.aggregation == "domain-macro" and "nDCG@10" not in measures:
+            raise ConvragError("this benchmark's tables are built on nDCG@10: include it in --measures")
+        if self.aggregation == "mtrag-official":
+            bad = [m for m in measures if not (m.startswith(("nDCG@", "Recall@")) and m.split("@")[1].isdigit())]
+            if bad or not measures:
+                raise ConvragError(f"the official Subtask A rows are nDCG@k and Recall@k only; got {bad or measures}")
 
     def label(self, measure: str) -> str:
         return self.labels.get(measure, measure)
@@ -93,7 +102,7 @@ class EvaluationProfile:
         if unknown:
             raise ConvragError(f"evaluation profile has unknown keys {unknown}")
         values = dict(data)
-        for name in ("retrievers", "measures", "groups", "notes"):
+        for name in ("retrievers", "measures", "groups"):
             if name in values and values[name] is not None:
                 values[name] = tuple(values[name])
         return cls(**values)

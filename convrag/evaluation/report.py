@@ -52,7 +52,11 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any], int], str]] = {
 
 def render(results: Mapping[str, Any], profile: EvaluationProfile, digits: int = 4) -> str:
     """Markdown report in the shape the profile names."""
-    return RENDERERS.get(profile.report, _generic)(results, digits)
+    if profile.report not in RENDERERS:
+        from convrag.errors import ConvragError
+
+        raise ConvragError(f"unknown report shape {profile.report!r}; known: {', '.join(RENDERERS)}")
+    return RENDERERS[profile.report](results, digits)
 
 
 def _strict(obj: Any) -> Any:
@@ -114,6 +118,11 @@ def evaluate_folder(
 ) -> tuple[dict[str, Any], Scored]:
     """Run and score ``folder`` as ``profile`` says (``options``: see :func:`run_benchmark`), add external runs
     and official-format submissions, aggregate. Returns the JSON-ready results and the scored state."""
+    if profile.aggregation == "domain-macro" and (external_runs or submissions):
+        from convrag.errors import ConvragError
+
+        raise ConvragError("this benchmark's tables compare retrievers x strategies per domain; external runs are "
+                           "not part of them (score a run file with the retrieval metric instead)")  # fmt: skip
     scored = run_benchmark(str(folder), profile, **options)
     normalize = None
     if profile.submission == "mtrag":

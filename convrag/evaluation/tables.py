@@ -1,4 +1,4 @@
-"""Markdown tables of evaluation results (paper-style), rendered from the results dict of ``runner``.
+"""Markdown tables of evaluation results (paper-style), rendered from the results of the ``mean`` aggregation.
 
 Values are formatted to ``digits`` decimals here only; the JSON keeps them unrounded.
 """
@@ -62,7 +62,9 @@ def render_report(results: dict[str, Any], title: str, digits: int = 4) -> str:
         + (f" ({len(results['excluded_queries'])} without relevant documents excluded)"
            if results["excluded_queries"] else "")  # fmt: skip
         + ("; each query ranks only its own pool" if results["pool_restricted"] else "")
-        + f". Cells: mean [{conf}% percentile bootstrap CI, {results['n_bootstrap']} resamples].",
+        + f". Cells: mean [{conf}% percentile bootstrap CI, {results['n_bootstrap']} resamples]."
+        + (f" {results['qrels_missing_documents']} relevant documents named by the qrels are not in the corpus: "
+           "they count as relevant but cannot be retrieved." if results.get("qrels_missing_documents") else ""),
         "## Overall",
         overall_table(results, digits),
     ]

@@ -74,7 +74,9 @@ def render_tables(results: Mapping[str, Any], digits: int = 2) -> str:
         + (f" ({len(results['excluded_queries'])} without a relevant document excluded)"
            if results["excluded_queries"] else "")  # fmt: skip
         + f". Values x{scale:g}; cells: mean [{int(results['confidence'] * 100)}% percentile bootstrap CI, "
-        f"{results['n_bootstrap']} resamples]. One gold document per turn: Recall@k is a hit rate.",
+        f"{results['n_bootstrap']} resamples]. One gold document per turn: Recall@k is a hit rate."
+        + (f" {results['qrels_missing_documents']} gold documents are not in the corpus: those turns cannot be "
+           "answered." if results.get("qrels_missing_documents") else ""),
         "## Tables 3 / 11 (paper shape): retriever x strategy", main_table(results, digits),
     ]
     per_turn = group_table(results, "turn", [primary(results)], digits)
