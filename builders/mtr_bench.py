@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from datasets import Features, List, Value
 
 from convrag import schema
-from convrag.builder_base import BenchmarkBuilder, BenchmarkConfig
+from convrag.builder_base import BenchmarkBuilder, BenchmarkConfig, BuildReport
 from convrag.errors import DataError
 from convrag.evaluation.profile import EvaluationProfile
 from convrag.jsonl import iter_jsonl
@@ -37,6 +37,8 @@ from convrag.jsonl import iter_jsonl
 from . import mtr_bench_source as ms
 
 SPLITS = ("test", "train")
+#: build-report event: a corpus row whose text differs from the conversations' copy of that document_idx
+MISALIGNED = "corpus rows unlike the conversations' document of that index (row order != document_idx?)"
 BENCH_VIEWS = ("conversations", "queries", "qrels", "candidates", "cluster-corpus")
 VIEW_NAMES = ("conversations", "queries", "qrels", "candidates", "corpus", "cluster-corpus")
 MESSAGE = {"role": Value("string"), "content": Value("string")}
@@ -145,7 +147,16 @@ class MTRBench(BenchmarkBuilder):
         view = self.config.view
         if view == "corpus":
             n = 0
+            # row index must be document_idx: every row the conversations quote is compared with their copy
+            quoted: dict[int, str] = {}
+            if bench:
+                parser = ms.Parser(split, self.config.release, BuildReport(), keep_docs=True)
+                for _ in parser.conversations(bench):
+                    pass
+                quoted = {i: text for i, (_, text, _) in parser.docs.items()}
             for idx, title, text, url in iter_corpus(files):
+                if idx in quoted and quoted[idx].strip() != text.strip():
+                    self.report.add(MISALIGNED, str(idx))
                 yield idx, {"_id": str(idx), "title": title, "text": text, "url": url}
                 n = idx + 1
             self.report.counts["corpus documents"] = n

@@ -345,3 +345,16 @@ def test_legacy_incomplete_block(tmp_path):
     with pytest.raises(DataError, match="incomplete conversation: 4 rows") as err:
         _export(tmp_path / "out", str(fx["folder"]), release="8turn")
     assert (err.value.source, err.value.line) == (str(path), 12)
+
+
+def test_a_corpus_out_of_document_idx_order_is_reported(tmp_path):
+    """Two corpus rows swapped: the row index no longer equals document_idx, and the build report says where."""
+    fx = write_fixture(tmp_path / "src")
+    path = fx["files"]["corpus"]
+    rows = pq.read_table(path).to_pylist()
+    rows[0], rows[17] = rows[17], rows[0]
+    pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(path)), path)
+    out = export_benchmark("mtr-bench", tmp_path / "out", configs=["corpus"], options={"source": str(tmp_path / "src")})
+    from convrag.builders.mtr_bench import MISALIGNED
+
+    assert out.report["counts"][MISALIGNED] == 2 and out.report["examples"][MISALIGNED] == ["0", "17"]
