@@ -1,13 +1,27 @@
-"""JSON Lines reading shared by builders and scorers: every bad line is a DataError naming file and line."""
+"""JSON (Lines) I/O shared by builders and scorers: every bad line is a DataError naming file and line;
+``json_safe`` makes results strict JSON."""
 
 from __future__ import annotations
 
 import functools
 import json
+import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 from convrag.errors import DataError
+
+
+def json_safe(value: Any) -> Any:
+    """JSON-safe copy: NaN and infinities become None, mapping keys strings, tuples lists."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def iter_jsonl(lines: Iterable[str], where: str) -> Iterator[tuple[int, dict]]:

@@ -7,7 +7,9 @@ are searched separately: each turn carries its subset as ``Turn.domain``.
 
 from __future__ import annotations
 
+import functools
 import glob
+import hashlib
 import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -83,6 +85,17 @@ class BenchmarkData:
 
     def subset_turns(self, subset: str) -> list[Turn]:
         return [t for t in self.turns if t.domain == subset]
+
+    @functools.cached_property
+    def doc_keys(self) -> dict[tuple[str, str], str]:
+        """(subset, doc id) -> id in written runs: ``<subset>:<id>`` where two subsets share an id with different
+        texts (the ``all-corpus`` convention of the builders), else the id itself. Computed once."""
+        seen: dict[str, set[str]] = {}
+        for rows in self.corpus.values():
+            for row in rows:
+                seen.setdefault(row["_id"], set()).add(hashlib.sha1(str(row["text"]).encode()).hexdigest())
+        return {(s, row["_id"]): (f"{s}:{row['_id']}" if s and len(seen[row["_id"]]) > 1 else row["_id"])
+                for s, rows in self.corpus.items() for row in rows}  # fmt: skip
 
 
 def _subsets(folder: Folder, profile: EvaluationProfile) -> list[str]:

@@ -13,7 +13,6 @@ fewer than the deepest cut-off asked for (``Recall@1000`` gets 1000 documents).
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +36,6 @@ class Scored:
     profile: EvaluationProfile
     data: BenchmarkData
     measures: list[str]
-    systems: list[str]
     strategies: list[str]
     per_turn: dict[str, dict[str, dict[str, dict[str, float]]]] = field(default_factory=dict)
     runs: dict[tuple[str, str], dict[str, Run]] = field(default_factory=dict)
@@ -60,16 +58,13 @@ def resolve_strategies(profile: EvaluationProfile, data: BenchmarkData, names: S
     strategy needs its field on the turns). A name the profile does not define is a strategy spec itself."""
     known = {**profile.strategies, **profile.extra_strategies}
 
-    def present(spec: str) -> bool:
+    def present(spec: str, every: bool = False) -> bool:
+        """A ``field:`` strategy's field is on some turn (or, ``every``, on all of them)."""
         column = spec.partition("field:")[2]
-        return not column or any(t.fields.get(column) for t in data.turns)
-
-    def present_everywhere(spec: str) -> bool:
-        column = spec.partition("field:")[2]
-        return not column or all(t.fields.get(column) for t in data.turns)
+        return not column or (all if every else any)(t.fields.get(column) for t in data.turns)
 
     if names is None:
-        chosen = {n: s for n, s in profile.strategies.items() if present_everywhere(s)}
+        chosen = {n: s for n, s in profile.strategies.items() if present(s, every=True)}
         if not chosen:
             raise DataError(f"none of the strategies {list(profile.strategies)} has its data in the folder")
         return chosen
@@ -85,17 +80,6 @@ def resolve_strategies(profile: EvaluationProfile, data: BenchmarkData, names: S
                             "(MTRAG: build the <domain>-tasks configs too)")  # fmt: skip
         chosen[name] = spec
     return chosen
-
-
-def _doc_keys(data: BenchmarkData) -> dict[tuple[str, str], str]:
-    """(subset, doc id) -> id in written runs: ``<subset>:<id>`` where two subsets share an id with different
-    texts (the ``all-corpus`` convention of the builders), else the id itself."""
-    seen: dict[str, set[str]] = {}
-    for rows in data.corpus.values():
-        for row in rows:
-            seen.setdefault(row["_id"], set()).add(hashlib.sha1(str(row["text"]).encode()).hexdigest())
-    return {(s, row["_id"]): (f"{s}:{row['_id']}" if s and len(seen[row["_id"]]) > 1 else row["_id"])
-            for s, rows in data.corpus.items() for row in rows}  # fmt: skip
 
 
 def _fit_counts(retriever: Any) -> dict[str, int]:
@@ -167,7 +151,7 @@ def run_benchmark(
     chosen = resolve_strategies(profile, data, strategies)
     specs = list(profile.retrievers if retrievers is None else retrievers)
     profile.check_measures(list(measures or profile.measures))
-    scored = Scored(profile, data, list(measures or profile.measures), specs, list(chosen))
+    scored = Scored(profile, data, list(measures or profile.measures), list(chosen))
     texts, rewrite = {}, {}
     model = None
     for name, spec in chosen.items():
@@ -217,13 +201,11 @@ def add_external(scored: Scored, name: str, strategy: str, runs: Mapping[str, Ru
         raise ConvragError(f"external run name {name!r} is already used by a retriever or another run")
     score_runs(scored, name, strategy, runs)
     scored.configs[name] = {"type": f"external {strategy}"}
-    if name not in scored.systems:
-        scored.systems.append(name)
 
 
 def merged_run(scored: Scored, system: str, strategy: str) -> Run:
-    """One run over every subset, document ids qualified where subsets share an id (see ``_doc_keys``)."""
-    keys = _doc_keys(scored.data)
+    """One run over every subset, document ids qualified where subsets share an id (``BenchmarkData.doc_keys``)."""
+    keys = scored.data.doc_keys
     out: Run = {}
     for s, run in scored.runs[(system, strategy)].items():
         for q, ranking in run.items():

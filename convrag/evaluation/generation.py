@@ -9,11 +9,11 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from convrag.jsonl import json_safe
 from convrag.metrics.generation.aggregate import CONDITIONED, RAW
 from convrag.metrics.generation.scorer import GenerationTask, score_generation
 
@@ -21,17 +21,6 @@ LABELS = {"rb_alg": "RB_alg", "rb_llm": "RB_llm", "rl_f": "RL_F", "harmonic": "p
           "rb_alg_raw": "RB_alg (raw)", "recall": "BERTScore recall component", "rouge_l": "ROUGE-L",
           "k_precision": "K-Precision", "rb_llm_raw": "RB_llm (raw)", "rl_f_raw": "RL_F (raw)",
           "idk": "IDK judge", "clarification": "clarification judge"}
-
-
-def _clean(value: Any) -> Any:
-    """JSON-safe copy: NaN and infinities become None."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Mapping):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
 
 
 def evaluate_generation(tasks: Sequence[GenerationTask], **score_kwargs: Any) -> dict[str, Any]:
@@ -46,7 +35,7 @@ def evaluate_generation(tasks: Sequence[GenerationTask], **score_kwargs: Any) ->
     out["summary"]["counts"]["missing_predictions"] = len(missing)
     out["summary"]["counts"]["missing_prediction_ids"] = missing
     out["summary"]["source"] = getattr(tasks, "source", None)
-    return _clean(out)
+    return json_safe(out)
 
 
 def write_outputs(result: Mapping[str, Any], out_dir: str | Path, digits: int = 4) -> None:
@@ -55,8 +44,8 @@ def write_outputs(result: Mapping[str, Any], out_dir: str | Path, digits: int = 
     out.mkdir(parents=True, exist_ok=True)
     with (out / "per_task.jsonl").open("w", encoding="utf-8") as handle:
         for row in result["per_task"]:
-            handle.write(json.dumps(_clean(row), ensure_ascii=False) + "\n")
-    (out / "results.json").write_text(json.dumps(_clean(result["summary"]), indent=2) + "\n", encoding="utf-8")
+            handle.write(json.dumps(json_safe(row), ensure_ascii=False) + "\n")
+    (out / "results.json").write_text(json.dumps(json_safe(result["summary"]), indent=2) + "\n", encoding="utf-8")
     (out / "results.md").write_text(render_tables(result, digits=digits), encoding="utf-8")
 
 

@@ -10,7 +10,6 @@ reports, ``per_turn.png`` for MTR-Bench-shaped ones).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 from convrag.evaluation.aggregate import aggregate, system_name
 from convrag.evaluation.engine import Scored, add_external, check_external_run, merged_run, run_benchmark
 from convrag.evaluation.profile import EvaluationProfile
+from convrag.jsonl import json_safe
 from convrag.metrics.retrieval.trec import safe_token, write_run
 
 
@@ -59,16 +59,6 @@ def render(results: Mapping[str, Any], profile: EvaluationProfile, digits: int =
     return RENDERERS[profile.report](results, digits)
 
 
-def _strict(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, Mapping):
-        return {str(k): _strict(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_strict(v) for v in obj]
-    return obj
-
-
 def _plots(results: Mapping[str, Any], profile: EvaluationProfile, out: Path) -> list[Path]:
     if profile.report == "recor":
         from convrag.evaluation.recor_tables import plot_turn_positions
@@ -88,7 +78,7 @@ def write_outputs(results: Mapping[str, Any], scored: Scored, out_dir: str | Pat
     out = Path(out_dir)
     (out / "runs").mkdir(parents=True, exist_ok=True)
     paths = [out / "results.json", out / "results.md"]
-    paths[0].write_text(json.dumps(_strict(results), indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    paths[0].write_text(json.dumps(json_safe(results), indent=1, allow_nan=False) + "\n", encoding="utf-8")
     paths[1].write_text(render(results, scored.profile, digits), encoding="utf-8")
     paths += _plots(results, scored.profile, out)
     for (system, strategy) in scored.runs:
