@@ -32,7 +32,7 @@ from convrag import schema
 from convrag.builder_base import BenchmarkBuilder, BenchmarkConfig, BuildReport
 from convrag.errors import DataError
 from convrag.evaluation.profile import EvaluationProfile
-from convrag.jsonl import iter_jsonl
+from convrag.jsonl import iter_jsonl, text_lines
 
 from . import mtr_bench_source as ms
 
@@ -157,6 +157,8 @@ class MTRBench(BenchmarkBuilder):
             for idx, title, text, url in iter_corpus(files):
                 if idx in quoted and quoted[idx].strip() != text.strip():
                     self.report.add(MISALIGNED, str(idx))
+                if not text.strip():
+                    self.report.add(ms.EMPTY_DOCUMENT, str(idx))
                 yield idx, {"_id": str(idx), "title": title, "text": text, "url": url}
                 n = idx + 1
             self.report.counts["corpus documents"] = n
@@ -206,7 +208,7 @@ def iter_corpus(files: Iterable[str], batch_size: int = 2048) -> Iterator[tuple[
     for path in files:
         if path.endswith(".jsonl"):
             rows: Iterator = ((line, (o.get("title"), o.get("text"), o.get("url")))
-                              for line, o in iter_jsonl(ms.utf8_lines(path), path))  # fmt: skip
+                              for line, o in iter_jsonl(text_lines(path), path))  # fmt: skip
         else:
             rows = enumerate(_corpus_batches(ms.open_parquet(path), path, batch_size), start=1)
         for where, values in rows:
@@ -220,7 +222,7 @@ def _corpus_batches(pf: pq.ParquetFile, path: str, batch_size: int) -> Iterator[
     missing = [c for c in ("title", "text", "url") if c not in pf.schema_arrow.names]
     if missing:
         raise DataError(f"corpus lacks columns {missing}", path)
-    for batch in pf.iter_batches(batch_size=batch_size, columns=["title", "text", "url"]):
+    for batch in ms.parquet_batches(path, ["title", "text", "url"], batch_size):
         yield from zip(*(batch.column(c).to_pylist() for c in ("title", "text", "url")), strict=True)
 
 

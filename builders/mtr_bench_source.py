@@ -29,7 +29,7 @@ from huggingface_hub import snapshot_download
 
 from convrag.builder_base import BuildReport
 from convrag.errors import DataError
-from convrag.jsonl import iter_jsonl
+from convrag.jsonl import iter_jsonl, text_lines, typed_field
 
 CORPUS_REPO = "OkayestProgrammer/MTR-DOCUMENT"  # our assumption: the reference names no corpus repo
 RELEASES: dict[str, dict[str, tuple[str, str]]] = {
@@ -47,6 +47,7 @@ COLUMNS = ["messages", "ctxs", "ground_truth_document_idx", "ground_truth_ctx", 
 DOC_TYPES = {"document_idx": (int,), "edu_quality": (float, int), "id": (str,), "naive_quality": (int,),
              "text": (str,), "title": (str,), "url": (str,)}  # fmt: skip
 FAILED_ANSWER = "[ERROR: generation failed]"
+EMPTY_DOCUMENT = "documents with empty text (kept)"
 
 #: A source entry: ("files", paths) for local files, ("hub", repo, file prefixes) for a Hub snapshot to fetch.
 Spec = tuple
@@ -156,16 +157,16 @@ def open_parquet(path: str) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(path, pre_buffer=False)
     except (pa.ArrowException, OSError) as err:
-        raise DataError(f"not a readable Parquet file ({err})", path) from err
+        raise DataError(f"not a readable Parquet file ({' '.join(str(err).split())})", path) from err
 
 
-def utf8_lines(path: str) -> Iterator[str]:
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                yield raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise DataError(f"not UTF-8 ({err.reason} at byte {err.start})", path, number) from err
+def parquet_batches(path: str, columns: list[str], batch_size: int) -> Iterator[pa.RecordBatch]:
+    """Record batches of ``columns`` of a Parquet file; corrupt data is a DataError naming the file."""
+    pf = open_parquet(path)
+    try:
+        yield from pf.iter_batches(batch_size=batch_size, columns=columns)
+    except (pa.ArrowException, OSError) as err:
+        raise DataError(f"corrupt Parquet data ({type(err).__name__}: {' '.join(str(err).split())})", path) from err
 
 
 def iter_records(files: Iterable[str], columns: list[str], batch_size: int = 256) -> Iterator[tuple[str, int, dict]]:
@@ -173,31 +174,20 @@ def iter_records(files: Iterable[str], columns: list[str], batch_size: int = 256
     exist), JSONL line by line."""
     for path in files:
         if path.endswith(".jsonl"):
-            for line, obj in iter_jsonl(utf8_lines(path), path):
+            for line, obj in iter_jsonl(text_lines(path), path):
                 yield path, line, obj
             continue
-        pf = open_parquet(path)
-        cols = [c for c in columns if c in pf.schema_arrow.names]
+        names = open_parquet(path).schema_arrow.names
         row = 0
-        for batch in pf.iter_batches(batch_size=batch_size, columns=cols):
+        for batch in parquet_batches(path, [c for c in columns if c in names], batch_size):
             for obj in batch.to_pylist():
                 row += 1
                 yield path, row, obj
 
 
-def _need(obj: Any, name: str, types: tuple, path: str, row: int, where: str = "") -> Any:
-    if not isinstance(obj, dict) or name not in obj or obj[name] is None:
-        raise DataError(f"missing field {where + name!r}", path, row)
-    value = obj[name]
-    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-        raise DataError(f"field {where + name!r} must be {'/'.join(t.__name__ for t in types)}, got "
-                        f"{type(value).__name__}", path, row)  # fmt: skip
-    return value
-
-
 def _doc(obj: Any, path: str, row: int, where: str) -> dict:
     for name, types in DOC_TYPES.items():
-        _need(obj, name, types, path, row, where)
+        typed_field(obj, name, types, path, row, where)
     if obj["document_idx"] < 0:
         raise DataError(f"negative {where}document_idx {obj['document_idx']}", path, row)
     return obj
@@ -250,7 +240,7 @@ class Parser:
     keep_docs: bool = False
     docs: dict[int, tuple[str, str, str]] = field(default_factory=dict)
     _seen_docs: dict[int, tuple[int, str, int]] = field(default_factory=dict)
-    _seen_ids: set[str] = field(default_factory=set)
+    _seen_ids: dict[str, tuple[str, int]] = field(default_factory=dict)
     _explicit: bool | None = None
 
     @property
@@ -279,6 +269,9 @@ class Parser:
         if current:
             yield self._close(current, n)
             n += 1
+        if not turns:
+            where = files[0] if len(files) == 1 else os.path.dirname(files[0])
+            raise DataError(f"the {self.split} split holds no rows", where)
         self.report.counts[f"conversations: {self.split}"] = n
         self.report.counts[f"turns: {self.split}"] = turns
 
@@ -299,14 +292,16 @@ class Parser:
             raise DataError(f"a conversation starts at turn {t.turn}, not 1", t.path, t.row)
         if t.conversation_id is not None:
             if t.conversation_id in self._seen_ids:
-                raise DataError(f"duplicate conversation_id {t.conversation_id!r}", t.path, t.row)
-            self._seen_ids.add(t.conversation_id)
+                path, row = self._seen_ids[t.conversation_id]
+                raise DataError(f"duplicate conversation_id {t.conversation_id!r} (first in {path} row {row})",
+                                t.path, t.row)  # fmt: skip
+            self._seen_ids[t.conversation_id] = (t.path, t.row)
 
     def _row(self, obj: dict, path: str, row: int) -> Turn:
-        messages = _need(obj, "messages", (list,), path, row)
+        messages = typed_field(obj, "messages", (list,), path, row)
         for i, m in enumerate(messages):
-            role = _need(m, "role", (str,), path, row, f"messages[{i}].")
-            _need(m, "content", (str,), path, row, f"messages[{i}].")
+            role = typed_field(m, "role", (str,), path, row, f"messages[{i}].")
+            typed_field(m, "content", (str,), path, row, f"messages[{i}].")
             if role != ("user" if i % 2 == 0 else "assistant"):
                 raise DataError(f"messages must alternate user/assistant from a user message: message {i} has "
                                 f"role {role!r}", path, row)  # fmt: skip
@@ -315,15 +310,15 @@ class Parser:
                             path, row)  # fmt: skip
         if not self.legacy and obj.get("turn") is None:
             raise DataError("no 'turn' field: a legacy 8-turn file? build it with release=8turn", path, row)
-        turn = len(messages) // 2 if self.legacy else _need(obj, "turn", (int,), path, row)
+        turn = len(messages) // 2 if self.legacy else typed_field(obj, "turn", (int,), path, row)
         if not self.legacy and len(messages) != 2 * turn:
             raise DataError(f"turn {turn} needs {2 * turn} messages, got {len(messages)}", path, row)
         query, answer = messages[-2]["content"], messages[-1]["content"]
         if not query.strip():
             raise DataError("empty query text (messages[-2])", path, row)
-        ctxs = [_doc(c, path, row, f"ctxs[{i}].") for i, c in enumerate(_need(obj, "ctxs", (list,), path, row))]
-        gold = _need(obj, "ground_truth_document_idx", (int,), path, row)
-        gctx = _doc(_need(obj, "ground_truth_ctx", (dict,), path, row), path, row, "ground_truth_ctx.")
+        ctxs = [_doc(c, path, row, f"ctxs[{i}].") for i, c in enumerate(typed_field(obj, "ctxs", (list,), path, row))]
+        gold = typed_field(obj, "ground_truth_document_idx", (int,), path, row)
+        gctx = _doc(typed_field(obj, "ground_truth_ctx", (dict,), path, row), path, row, "ground_truth_ctx.")
         if gctx["document_idx"] != gold:
             raise DataError(f"ground_truth_ctx.document_idx {gctx['document_idx']} != ground_truth_document_idx "
                             f"{gold}", path, row)  # fmt: skip
@@ -335,7 +330,7 @@ class Parser:
         for doc in (*ctxs, gctx):
             self._check_doc(doc, path, row)
         return Turn(turn=turn, query=query, answer=answer, history=messages[:-2], messages=messages, gold=gold,
-                    cluster_idx=_need(obj, "cluster_idx", (int,), path, row), candidates=candidates,
+                    cluster_idx=typed_field(obj, "cluster_idx", (int,), path, row), candidates=candidates,
                     switch_turn=self._switch(obj, path, row), conversation_id=self._cid(obj, path, row),
                     path=path, row=row)  # fmt: skip
 
@@ -345,7 +340,7 @@ class Parser:
         if obj.get("switch_turn") is None:
             self.report.add("turns without switch_turn (taken as -1: no hard switch)", f"{path}:{row}")
             return -1
-        return _need(obj, "switch_turn", (int,), path, row)
+        return typed_field(obj, "switch_turn", (int,), path, row)
 
     def _cid(self, obj: dict, path: str, row: int) -> str | None:
         given = obj.get("conversation_id") is not None
@@ -353,13 +348,15 @@ class Parser:
             self._explicit = given
         if given != self._explicit:
             raise DataError("conversation_id is given for some rows only", path, row)
-        return str(_need(obj, "conversation_id", (str, int), path, row)) if given else None
+        return str(typed_field(obj, "conversation_id", (str, int), path, row, empty=False)) if given else None
 
     def _check_doc(self, doc: dict, path: str, row: int) -> None:
         idx, key = doc["document_idx"], (doc["title"], doc["text"], doc["url"])
         seen = self._seen_docs.get(idx)
         if seen is None:
             self._seen_docs[idx] = (hash(key), path, row)
+            if not doc["text"].strip():
+                self.report.add(EMPTY_DOCUMENT, str(idx))
             if self.keep_docs:
                 self.docs[idx] = key
         elif seen[0] != hash(key):

@@ -173,7 +173,7 @@ class MTRAGFamily(BenchmarkBuilder):
         view, wanted = self.config.view, domains_of(self.config.domain)
         if view == "corpus":
             for d in wanted:
-                for row in iter_corpus(files[f"{d}-corpus"]):
+                for row in iter_corpus(files[f"{d}-corpus"], self.report):
                     yield f"{d}:{row['_id']}", {**row, "domain": d}
             return
         data = self.parse(files)

@@ -12,6 +12,9 @@ Definitions used here (checked against the release by ``tests/test_mtrag.py``):
   synthetic id ``mtrag-<domain>-<nnn>`` (counted in the build report).
 * The relevant passages of a task are its released qrels (authoritative). The report also counts how often
   they equal the passages whose latest relevance feedback in the conversation is "yes".
+* Every conversation is type-checked before anything is built (``mtrag_check``: errors name the file and the
+  line where the conversation starts; empty user messages are errors, empty agent replies and cited passages
+  without text are kept and counted). An empty query file or query text is an error naming the query file.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from datasets import Features, List, Value
 
 from convrag import schema
 from convrag.errors import DataError
+from convrag.jsonl import read_json_records
 
+from .mtrag_check import NO_REFERENCE, check_conversation, cite, count_empty_passages
 from .mtrag_source import (
     COLLECTIONS,
     DOMAINS,
@@ -35,10 +40,8 @@ from .mtrag_source import (
     TASK_SEPARATOR,
     VIEWS,
     normalize_domain,
-    read_json,
     read_qrels,
     read_queries,
-    require,
     split_task_id,
 )
 
@@ -158,61 +161,62 @@ def _parse(key: tuple) -> MtragData:
     conv_path = files.get("conversations")
     if not conv_path:
         raise DataError("MTRAG needs mtrag-human/conversations/conversations.json in the source")
-    raw = read_json(conv_path)
-    if not isinstance(raw, list):
-        raise DataError("expected a JSON list of conversations", conv_path)
-    query_files = {(d, v): files.get(f"{d}-{v}") for d in DOMAINS for v in VIEWS}
-    queries = {dv: read_queries(p) for dv, p in query_files.items() if p}
-    for (d, v), p in query_files.items():
-        if not p:
-            data.add("query files missing from the source", f"{d}_{v}.jsonl")
-    ids = _conversation_ids(raw, conv_path, queries, data)
+    records = read_json_records(conv_path, "conversations")
+    if not records:
+        raise DataError("the file holds no conversations", conv_path)
+    for number, (line, conv) in enumerate(records, start=1):
+        check_conversation(conv, conv_path, line, number)
+    query_files = {(d, v): p for d in DOMAINS for v in VIEWS if (p := files.get(f"{d}-{v}"))}
+    queries = {dv: read_queries(p) for dv, p in query_files.items()}
+    for d in DOMAINS:
+        for v in VIEWS:
+            if (d, v) not in query_files:
+                data.add("query files missing from the source", f"{d}_{v}.jsonl")
+    ids = _conversation_ids(records, conv_path, queries, query_files, data)
     qrels = {d: read_qrels(files[f"{d}-qrels"]) for d in DOMAINS if files.get(f"{d}-qrels")}
     rel_by_task: dict[str, list[str]] = {}
     for rows in qrels.values():
         for qid, did, score, _line in rows:
             if score > 0:
                 rel_by_task.setdefault(qid, []).append(did)
-    for index, conv in enumerate(raw):
-        data.conversations.append(_conversation_row(conv, ids[index], conv_path, index, data))
+    for (line, conv), cid in zip(records, ids, strict=True):
+        data.conversations.append(_conversation_row(conv, cid, conv_path, line, data))
+    count_empty_passages(data.cited, data.add)
     _tasks(data, rel_by_task, set(qrels))
     _views(data, queries, qrels, files)
     return data
 
 
-def _conversation_ids(raw: list, path: str, queries: dict, data: MtragData) -> list[str]:
-    """Conversation id of every conversation, read from the questions files (see module docstring)."""
+def _conversation_ids(records: tuple, path: str, queries: dict, query_files: dict, data: MtragData) -> list[str]:
+    """Conversation id of every (line, conversation) record, read from the questions files (module docstring)."""
     by_text: dict[tuple[str, int, str], set[str]] = {}
     turns_of: dict[str, dict[int, str]] = {}
     for (d, v), rows in queries.items():
         if v != "questions":
             continue
         for qid, text, line in rows:
-            cid, turn = split_task_id(qid, f"{d}_questions.jsonl", line)
+            cid, turn = split_task_id(qid, query_files[d, v], line)
             by_text.setdefault((d, turn, text), set()).add(cid)
             turns_of.setdefault(cid, {})[turn] = text
     ids: list[str] = []
-    matched: set[str] = set()
+    matched: dict[str, int] = {}
     numbers: Counter = Counter()
-    for index, conv in enumerate(raw):
-        if not isinstance(conv, dict):
-            raise DataError("conversation is not a JSON object", path, index + 1)
-        require(conv, ("domain",), path, index + 1)
-        if not isinstance(conv.get("messages"), list) or not conv["messages"]:
-            raise DataError("conversation has no 'messages' list", path, index + 1)
-        d = normalize_domain(conv["domain"], path, index + 1)
-        users = [m.get("text", "") for m in conv["messages"] if isinstance(m, dict) and m.get("speaker") == "user"]
+    for number, (line, conv) in enumerate(records, start=1):
+        d = normalize_domain(conv["domain"], path, line)
+        users = [m["text"] for m in conv["messages"] if m["speaker"] == "user"]
         prefixes = {k: "\n".join(f"|user|: {u}" for u in users[:k]) for k in range(1, len(users) + 1)}
         candidates = set().union(*(by_text.get((d, k, t), set()) for k, t in prefixes.items()))
         # a candidate must match on every turn it has (conversations may share their first questions)
         found = {c for c in candidates if all(prefixes.get(k) == t for k, t in turns_of[c].items())}
         if len(found) > 1:
-            raise DataError(f"conversation matches several task ids {sorted(found)}", path, index + 1)
+            raise DataError(f"conversation {number} matches several task ids {sorted(found)}", path, line)
         if found:
             cid = found.pop()
             if cid in matched:
-                raise DataError(f"two conversations match conversation id {cid!r}", path, index + 1)
-            matched.add(cid)
+                raise DataError(f"conversation {number} repeats conversation {cid!r} (the conversations "
+                                f"starting on lines {matched[cid]} and {line} match the same questions)", path,
+                                line)  # fmt: skip
+            matched[cid] = line
         else:
             numbers[d] += 1
             cid = f"mtrag-{d}-{numbers[d]:03d}"
@@ -221,45 +225,41 @@ def _conversation_ids(raw: list, path: str, queries: dict, data: MtragData) -> l
     for (d, v), rows in queries.items():
         for qid, _text, line in rows:
             if split_task_id(qid)[0] not in matched:
-                raise DataError(f"query {qid!r} names no conversation of conversations.json", f"{d}_{v}.jsonl", line)
+                raise DataError(f"query {qid!r} names no conversation of {path}", query_files[d, v], line)
     return ids
 
 
-def _conversation_row(conv: dict, cid: str, path: str, index: int, data: MtragData) -> dict[str, Any]:
-    d = normalize_domain(conv["domain"], path, index + 1)
+def _conversation_row(conv: dict, cid: str, path: str, line: int, data: MtragData) -> dict[str, Any]:
+    """The ``conversations`` row of a checked conversation (``mtrag_check``)."""
+    d = normalize_domain(conv["domain"], path, line)
     turns = []
     turn = 0
     for m in conv["messages"]:
-        if not isinstance(m, dict) or m.get("speaker") not in ("user", "agent"):
-            raise DataError(f"message without speaker 'user'/'agent' in conversation {cid}", path, index + 1)
-        if not isinstance(m.get("text"), str):
-            raise DataError(f"message without string 'text' in conversation {cid}", path, index + 1)
         if m["speaker"] == "user":
             turn += 1
         elif turn == 0:
-            raise DataError(f"conversation {cid} starts with an agent message", path, index + 1)
+            raise DataError(f"conversation {cid} starts with an agent message", path, line)
         enr = m.get("enrichments") or {}
         contexts = []
         for c in m.get("contexts") or []:
-            if not isinstance(c, dict) or not isinstance(c.get("document_id"), str):
-                raise DataError(f"cited passage without 'document_id' in conversation {cid}", path, index + 1)
             votes = (c.get("feedback") or {}).get("relevant") or {}
             contexts.append({
-                "document_id": c["document_id"], "title": str(c.get("title") or ""), "text": str(c.get("text") or ""),
-                "url": str(c.get("url") or ""), "score": float(c["score"]) if c.get("score") is not None else None,
+                "document_id": c["document_id"], "title": c.get("title") or "", "text": c.get("text") or "",
+                "url": c.get("url") or "", "score": float(c["score"]) if c.get("score") is not None else None,
                 "relevant": final_relevance(c),
-                "feedback": [{"annotator": a, "value": str(v.get("value", "")), "timestamp": v.get("timestamp")}
+                "feedback": [{"annotator": a, "value": v["value"], "timestamp": v.get("timestamp")}
                              for a, v in votes.items()],
                 "query": json.dumps(c["query"], sort_keys=True) if c.get("query") is not None else "",
             })  # fmt: skip
-            _cite(data, d, contexts[-1], cid)
+            cite(data.cited, {"_id": c["document_id"], "title": contexts[-1]["title"], "text": contexts[-1]["text"],
+                              "url": contexts[-1]["url"], "domain": d}, cid, data.add)  # fmt: skip
         turns.append({
             "turn": turn, "speaker": m["speaker"], "text": m["text"], "timestamp": m.get("timestamp"),
             "original_text": m.get("original_text"),
             "answerability": first(enr.get("Answerability")), "multi_turn": first(enr.get("Multi-Turn")),
             "question_type": enrichment(enr.get("Question Type")), "standalone": first(enr.get("Standalone Type")),
             "enrichments": [{"name": k, "values": enrichment(v)} for k, v in enr.items()],
-            "alternatives": [{"text": str(a.get("text", "")),
+            "alternatives": [{"text": a["text"],
                               "enrichments": [{"name": k, "values": enrichment(v)}
                                               for k, v in (a.get("enrichments") or {}).items()]}
                              for a in m.get("alternatives") or []],
@@ -267,20 +267,10 @@ def _conversation_row(conv: dict, cid: str, path: str, index: int, data: MtragDa
         })  # fmt: skip
     return {
         "conversation_id": cid, "domain": d, "turns": turns, "collection": COLLECTIONS[d], "n_turns": turn,
-        "author": str(conv.get("author") or ""), "editor": str(conv.get("editor") or ""),
-        "reviewer": str(conv.get("reviewer") or ""), "status": str(conv.get("status") or ""),
-        "generator": str((conv.get("generator") or {}).get("id") or ""),
+        "author": conv.get("author") or "", "editor": conv.get("editor") or "",
+        "reviewer": conv.get("reviewer") or "", "status": conv.get("status") or "",
+        "generator": (conv.get("generator") or {}).get("id") or "",
     }  # fmt: skip
-
-
-def _cite(data: MtragData, domain: str, ctx: dict[str, Any], cid: str) -> None:
-    known = data.cited.setdefault(domain, {})
-    doc = known.get(ctx["document_id"])
-    if doc is None:
-        known[ctx["document_id"]] = {"_id": ctx["document_id"], "title": ctx["title"], "text": ctx["text"],
-                                     "url": ctx["url"], "domain": domain}  # fmt: skip
-    elif doc["text"] != ctx["text"]:
-        data.add("cited passages with differing texts (first kept)", f"{cid}: {ctx['document_id']}")
 
 
 def _tasks(data: MtragData, rel_by_task: dict[str, list[str]], domains_with_qrels: set[str]) -> None:
@@ -291,6 +281,8 @@ def _tasks(data: MtragData, rel_by_task: dict[str, list[str]], domains_with_qrel
                 continue
             task_id = f"{conv['conversation_id']}{TASK_SEPARATOR}{m['turn']}"
             answer = turns[i + 1] if i + 1 < len(turns) and turns[i + 1]["speaker"] == "agent" else None
+            if answer is None or not answer["text"].strip():
+                data.add(NO_REFERENCE, task_id)
             cited = {c["document_id"]: c for c in (answer["contexts"] if answer else [])}
             relevant = rel_by_task.get(task_id, [])
             passages = []
@@ -314,7 +306,7 @@ def _tasks(data: MtragData, rel_by_task: dict[str, list[str]], domains_with_qrel
                 "task_id": task_id, "conversation_id": conv["conversation_id"], "turn": m["turn"], "domain": d,
                 "collection": conv["collection"], "question": m["text"],
                 "input": [{"speaker": t["speaker"], "text": t["text"]} for t in turns[: i + 1]],
-                "targets": [{"speaker": "agent", "text": answer["text"]}] if answer else [],
+                "targets": [{"speaker": "agent", "text": answer["text"]}] if answer and answer["text"].strip() else [],
                 "answerability": m["answerability"], "multi_turn": m["multi_turn"],
                 "question_type": m["question_type"], "standalone": m["standalone"],
                 "scored": bool(relevant), "relevant_passages": passages,

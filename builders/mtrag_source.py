@@ -19,17 +19,16 @@ from __future__ import annotations
 
 import csv
 import functools
-import io
-import json
 import os
 import re
 import zipfile
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from convrag.builder_base import is_url
+from convrag.builder_base import BuildReport, is_url
 from convrag.errors import DataError
-from convrag.jsonl import iter_jsonl, read_jsonl
+from convrag.jsonl import decoded_lines, iter_jsonl, read_jsonl, text_lines, typed_field
 
 DOMAINS = ("clapnq", "cloud", "fiqa", "govt")
 VIEWS = ("lastturn", "questions", "rewrite")
@@ -163,107 +162,100 @@ def fetch(located: dict[str, str | None], names: list[str], dl_manager: Any) -> 
 
 # ---------------------------------------------------------------- readers (cached per file version)
 
-
-def _mtime(path: str) -> float:
-    return os.path.getmtime(path)
-
-
-def read_json(path: str) -> Any:
-    """A whole JSON document; errors name the file and line."""
-    return _read_json(path, _mtime(path))
-
-
-@functools.lru_cache(maxsize=4)
-def _read_json(path: str, mtime: float) -> Any:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except json.JSONDecodeError as err:
-        raise DataError(f"invalid JSON: {err.msg} (column {err.colno})", path, err.lineno) from err
-
-
-def require(obj: dict, fields: tuple[str, ...], path: str, line: int, types: tuple = (str,)) -> None:
-    """Raise DataError if a field is missing or not of ``types``."""
-    for name in fields:
-        if name not in obj:
-            raise DataError(f"missing field {name!r}", path, line)
-        if not isinstance(obj[name], types):
-            raise DataError(f"field {name!r} must be {'/'.join(t.__name__ for t in types)}", path, line)
+#: build-report event of the ``corpus`` configs
+EMPTY_CORPUS_TEXT = "corpus passages with empty text (kept)"
 
 
 def read_queries(path: str) -> list[tuple[str, str, int]]:
-    """(``_id``, ``text``, line) of a BEIR queries JSONL file, ids unique, in file order."""
+    """(``_id``, ``text``, line) of a BEIR queries JSONL file, ids unique, in file order.
+
+    An empty file, a missing or empty ``_id`` or ``text`` and a repeated id are errors naming the file and line.
+    """
     seen: dict[str, int] = {}
     out = []
     for line, obj in read_jsonl(path):
-        require(obj, ("_id", "text"), path, line)
-        if obj["_id"] in seen:
-            raise DataError(f"duplicate query id {obj['_id']!r} (first on line {seen[obj['_id']]})", path, line)
-        seen[obj["_id"]] = line
-        out.append((obj["_id"], obj["text"], line))
+        qid = typed_field(obj, "_id", str, path, line, empty=False)
+        text = typed_field(obj, "text", str, path, line, empty=False)
+        if qid in seen:
+            raise DataError(f"duplicate query id {qid!r} (first on line {seen[qid]})", path, line)
+        seen[qid] = line
+        out.append((qid, text, line))
+    if not out:
+        raise DataError("the file holds no queries", path)
     return out
 
 
 def read_qrels(path: str) -> list[tuple[str, str, int, int]]:
     """(query-id, corpus-id, score, line) rows of a BEIR qrels TSV with a header; pairs unique."""
-    return list(_read_qrels(path, _mtime(path)))
+    return list(_read_qrels(path, os.path.getmtime(path)))
 
 
 @functools.lru_cache(maxsize=16)
 def _read_qrels(path: str, mtime: float) -> tuple[tuple[str, str, int, int], ...]:
     rows = []
     seen: dict[tuple[str, str], int] = {}
-    with open(path, encoding="utf-8", newline="") as handle:
-        reader = csv.reader(handle, delimiter="\t")
-        header = next(reader, None)
-        if header is None or [h.strip() for h in header[:3]] != ["query-id", "corpus-id", "score"]:
-            raise DataError(f"expected header 'query-id<TAB>corpus-id<TAB>score', got {header!r}", path, 1)
-        for number, row in enumerate(reader, start=2):
-            if not row or not any(c.strip() for c in row):
-                continue
-            if len(row) != 3:
-                raise DataError(f"expected 3 tab-separated columns, got {len(row)}", path, number)
-            qid, did, score = (c.strip() for c in row)
-            if not qid or not did:
-                raise DataError("empty query-id or corpus-id", path, number)
-            try:
-                value = int(score)
-            except ValueError:
-                raise DataError(f"score must be an integer, got {score!r}", path, number) from None
-            if (qid, did) in seen:
-                raise DataError(f"duplicate qrels pair ({qid}, {did}) (first on line {seen[qid, did]})", path, number)
-            seen[qid, did] = number
-            rows.append((qid, did, value, number))
+    reader = csv.reader(text_lines(path), delimiter="\t")
+    header = next(reader, None)
+    if header is None or [h.strip() for h in header[:3]] != ["query-id", "corpus-id", "score"]:
+        raise DataError(f"expected header 'query-id<TAB>corpus-id<TAB>score', got {header!r}", path, 1)
+    for number, row in enumerate(reader, start=2):
+        if not row or not any(c.strip() for c in row):
+            continue
+        if len(row) != 3:
+            raise DataError(f"expected 3 tab-separated columns, got {len(row)}", path, number)
+        qid, did, score = (c.strip() for c in row)
+        if not qid or not did:
+            raise DataError("empty query-id or corpus-id", path, number)
+        try:
+            value = int(score)
+        except ValueError:
+            raise DataError(f"score must be an integer, got {score!r}", path, number) from None
+        if (qid, did) in seen:
+            raise DataError(f"duplicate qrels pair ({qid}, {did}) (first on line {seen[qid, did]})", path, number)
+        seen[qid, did] = number
+        rows.append((qid, did, value, number))
+    if not rows:
+        raise DataError("the file holds no qrels rows", path)
     return tuple(rows)
 
 
-def iter_corpus(path: str) -> Iterator[dict[str, str]]:
-    """Passages of a corpus file (``.jsonl`` or a ``.zip`` holding one ``.jsonl``): ``_id, title, text, url``."""
-    if path.endswith(".zip") or zipfile.is_zipfile(path):
+def iter_corpus(path: str, report: BuildReport | None = None) -> Iterator[dict[str, str]]:
+    """Passages of a corpus file (``.jsonl`` or a ``.zip`` holding one ``.jsonl``): ``_id, title, text, url``.
+
+    A corrupt or truncated archive, non-UTF-8 bytes, a missing or repeated id are errors naming the file (and
+    the line); passages with empty text are kept and counted in ``report``.
+    """
+    if not (path.endswith(".zip") or zipfile.is_zipfile(path)):
+        yield from _corpus_lines(text_lines(path), path, report)
+        return
+    try:
         with zipfile.ZipFile(path) as archive:
             members = [n for n in archive.namelist() if n.endswith(".jsonl") and not n.startswith("__MACOSX")]
             if len(members) != 1:
                 raise DataError(f"expected exactly one .jsonl file in the archive, found {members}", path)
             with archive.open(members[0]) as raw:
-                yield from _corpus_lines(io.TextIOWrapper(raw, encoding="utf-8"), f"{path}!{members[0]}")
-    else:
-        with open(path, encoding="utf-8") as handle:
-            yield from _corpus_lines(handle, path)
+                yield from _corpus_lines(decoded_lines(raw, f"{path}!{members[0]}"), f"{path}!{members[0]}", report)
+    except (zipfile.BadZipFile, zlib.error, EOFError) as err:
+        raise DataError(f"corrupt or truncated zip archive ({type(err).__name__}: {err})", path) from None
+    except OSError as err:  # the archive itself cannot be opened or read
+        raise DataError(f"cannot read the zip archive ({err.strerror or err})", path) from None
 
 
-def _corpus_lines(handle: Any, where: str) -> Iterator[dict[str, str]]:
-    seen: set[str] = set()
-    for number, obj in iter_jsonl(handle, where):
+def _corpus_lines(lines: Iterable[str], where: str, report: BuildReport | None) -> Iterator[dict[str, str]]:
+    seen: dict[str, int] = {}
+    for number, obj in iter_jsonl(lines, where):
         doc_id = obj.get("_id", obj.get("id"))
-        if not isinstance(doc_id, str) or not doc_id:
+        if not isinstance(doc_id, str) or not doc_id.strip():
             raise DataError("passage without a string '_id'", where, number)
-        if not isinstance(obj.get("text"), str):
-            raise DataError(f"passage {doc_id!r} has no string 'text'", where, number)
+        text = typed_field(obj, "text", str, where, number)
+        title = typed_field(obj, "title", str, where, number, default="")
+        url = typed_field(obj, "url", str, where, number, default="")
         if doc_id in seen:
-            raise DataError(f"duplicate passage id {doc_id!r}", where, number)
-        seen.add(doc_id)
-        yield {"_id": doc_id, "title": str(obj.get("title") or ""), "text": obj["text"],
-               "url": str(obj.get("url") or "")}  # fmt: skip
+            raise DataError(f"duplicate passage id {doc_id!r} (first on line {seen[doc_id]})", where, number)
+        seen[doc_id] = number
+        if not text.strip() and report is not None:
+            report.add(EMPTY_CORPUS_TEXT, doc_id)
+        yield {"_id": doc_id, "title": title, "text": text, "url": url}
 
 
 def user_prefix_texts(user_texts: list[str]) -> tuple[str, str]:

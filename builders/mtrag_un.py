@@ -16,6 +16,12 @@ per line: prior turns + question, reference answer, reference passages, labels) 
 
 Collection names are normalised to the short domain names (``ibmcloud`` and the long index names map to
 ``cloud``...) and task ids to ``<cid><::><turn>`` (``::`` accepted); both are counted in the build report.
+
+Every task is checked as it is read (errors name reference.jsonl and the line): missing fields, wrong types
+(a target or context that is not an object, labels that are not strings or lists of strings), an empty
+user message or question, an empty file. Counted in the build report and kept: targets with empty text
+(left out of ``targets``; a task left with none has no reference answer, and generation scoring refuses it),
+reference passages without text, empty agent messages in ``input``.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from convrag.jsonl import read_jsonl
 
 from . import mtrag_parse as mp
 from .mtrag import MTRAGFamily, domains_of, make_configs
+from .mtrag_check import NO_REFERENCE, Checker, cite, count_empty_passages
 from .mtrag_source import (
     COLLECTIONS,
     DOMAINS,
@@ -68,6 +75,11 @@ class UNData:
     events: Counter = field(default_factory=Counter)
     examples: dict[str, list[str]] = field(default_factory=dict)
 
+    def add(self, event: str, example: str | None = None) -> None:
+        self.events[event] += 1
+        if example is not None and len(self.examples.setdefault(event, [])) < 10:
+            self.examples[event].append(example)
+
 
 def parse_un(files: dict[str, str | None]) -> UNData:
     """Parse reference.jsonl and the qrels given (name -> local path or None); cached per file versions."""
@@ -84,6 +96,9 @@ def _parse(key: tuple) -> UNData:
     seen: dict[str, int] = {}
     for line, obj in read_jsonl(path):
         data.tasks.append(_task(obj, path, line, seen, data))
+    if not data.tasks:
+        raise DataError("the file holds no tasks", path)
+    count_empty_passages(data.cited, data.add)
     qrels = {d: read_qrels(files[f"{d}-qrels"]) for d in DOMAINS if files.get(f"{d}-qrels")}
     by_id = {t["task_id"]: t for t in data.tasks}
     for d, rows in qrels.items():
@@ -92,23 +107,23 @@ def _parse(key: tuple) -> UNData:
         for qid, did, score, line in rows:
             tid = normalize_task_id(qid, where, line)
             if tid != qid:
-                data.events["qrels task ids normalised to '<::>'"] += 1
+                data.add("qrels task ids normalised to '<::>'", qid)
             task = by_id.get(tid)
             if task is None or task["domain"] != d:
-                raise DataError(f"qrels name task {qid!r}, which is not a {d} task of reference.jsonl", where, line)
+                raise DataError(f"qrels name task {qid!r}, which is not a {d} task of {path}", where, line)
             data.qrels[d].append({"query-id": tid, "corpus-id": did, "score": score})
             if score > 0:
                 ctx = {c["document_id"]: c for c in task["contexts"]}.get(did)
                 if ctx is None:
-                    data.events["relevant passages missing from the task's reference contexts"] += 1
+                    data.add("relevant passages missing from the task's reference contexts", f"{tid}: {did}")
                 task["relevant_passages"].append({"document_id": did, "title": ctx["title"] if ctx else "",
                                                   "text": ctx["text"] if ctx else ""})  # fmt: skip
                 task["scored"] = True
     for task in data.tasks:
         label = task["answerability"]
-        data.events[f"tasks: {label}"] += 1
+        data.add(f"tasks: {label}")
         if task["domain"] in qrels and task["scored"] != (label in ("ANSWERABLE", "PARTIAL")):
-            data.events["tasks whose qrels disagree with answerability"] += 1
+            data.add("tasks whose qrels disagree with answerability", task["task_id"])
         users = [m["text"] for m in task["input"] if m["speaker"] == "user"]
         for view, text in zip(UN_VIEWS, user_prefix_texts(users), strict=True):
             data.queries.setdefault(view, []).append(
@@ -117,59 +132,73 @@ def _parse(key: tuple) -> UNData:
 
 
 def _task(obj: dict, path: str, line: int, seen: dict[str, int], data: UNData) -> dict[str, Any]:
-    for name in REQUIRED:
-        if name not in obj:
-            raise DataError(f"missing field {name!r}", path, line)
-    for name in ("input", "targets", "contexts"):
-        if not isinstance(obj[name], list):
-            raise DataError(f"field {name!r} must be a list", path, line)
-    tid = normalize_task_id(obj["task_id"], path, line)
-    if tid != obj["task_id"]:
-        data.events["task ids normalised to '<::>'"] += 1
+    """One checked task of reference.jsonl (see the module docstring for what is an error and what is counted)."""
+    at = Checker(path, line, f"task on line {line}")
+    missing = [name for name in REQUIRED if obj.get(name) is None]
+    if missing:
+        raise DataError(f"missing field {missing[0]!r}", path, line)
+    raw_id = at.get(obj, "task_id", (str,), required=True, empty=False)
+    tid = normalize_task_id(raw_id, path, line)
+    if tid != raw_id:
+        data.add("task ids normalised to '<::>'", raw_id)
     cid, turn = split_task_id(tid)
-    if cid != str(obj["conversation_id"]) or str(turn) != str(obj["turn"]).strip():
+    at.what = f"task {tid}"
+    given_turn = at.get(obj, "turn", (int, str), required=True)
+    if cid != at.get(obj, "conversation_id", (str,), required=True) or str(turn) != str(given_turn).strip():
         raise DataError(f"task id {tid!r} disagrees with conversation_id/turn "
                         f"({obj['conversation_id']!r}, {obj['turn']!r})", path, line)  # fmt: skip
     if tid in seen:
         raise DataError(f"duplicate task id {tid!r} (first on line {seen[tid]})", path, line)
     seen[tid] = line
-    domain = normalize_domain(obj["Collection"], path, line)
-    if obj["Collection"] != domain:
-        data.events[f"collection names normalised: {obj['Collection']} -> {domain}"] += 1
+    collection = at.get(obj, "Collection", (str,), required=True)
+    domain = normalize_domain(collection, path, line)
+    if collection != domain:
+        data.add(f"collection names normalised: {collection} -> {domain}", tid)
     messages = []
-    for m in obj["input"]:
-        if not isinstance(m, dict) or m.get("speaker") not in ("user", "agent") or not isinstance(m.get("text"), str):
-            raise DataError(f"task {tid}: input messages need speaker 'user'/'agent' and a string text", path, line)
-        messages.append({"speaker": m["speaker"], "text": m["text"]})
+    for i, m in enumerate(at.get(obj, "input", (list,), required=True)):
+        speaker = at.get(m, "speaker", (str,), f"input[{i}].", required=True)
+        if speaker not in ("user", "agent"):
+            at.fail(f"input[{i}].speaker must be 'user' or 'agent', got {speaker!r}")
+        text = at.get(m, "text", (str,), f"input[{i}].", required=True, empty=speaker != "user")
+        if not text.strip():
+            data.add("input agent messages with empty text (kept)", tid)
+        messages.append({"speaker": speaker, "text": text})
     if not messages or messages[-1]["speaker"] != "user":
         raise DataError(f"task {tid}: input must end with the user question", path, line)
     if sum(m["speaker"] == "user" for m in messages) != turn:
         raise DataError(f"task {tid}: turn {turn} but {sum(m['speaker'] == 'user' for m in messages)} user "
                         "messages in input", path, line)  # fmt: skip
+    for name in ("answerability", "Multi-Turn", "Question Type", "Standalone Type"):
+        at.label(obj, name)
     answerability = mp.first(obj["answerability"])
     if answerability not in ANSWERABILITY:
         raise DataError(f"task {tid}: unknown answerability {answerability!r}", path, line)
-    contexts = []
-    for c in obj["contexts"]:
-        if not isinstance(c, dict) or not isinstance(c.get("document_id"), str):
-            raise DataError(f"task {tid}: every context needs a string document_id", path, line)
-        contexts.append({"document_id": c["document_id"], "title": str(c.get("title") or ""),
-                         "text": str(c.get("text") or "")})  # fmt: skip
-        known = data.cited.setdefault(domain, {})
-        if c["document_id"] not in known:
-            known[c["document_id"]] = {"_id": c["document_id"], "title": contexts[-1]["title"],
-                                       "text": contexts[-1]["text"], "url": "", "domain": domain}  # fmt: skip
-        elif known[c["document_id"]]["text"] != contexts[-1]["text"]:
-            data.events["cited passages with differing texts (first kept)"] += 1
+    targets = []
+    for i, t in enumerate(at.get(obj, "targets", (list,), required=True)):
+        text = at.get(t, "text", (str,), f"targets[{i}].", required=True)
+        if text.strip():
+            targets.append({"speaker": at.get(t, "speaker", (str,), f"targets[{i}].") or "agent", "text": text})
+    if not targets:
+        data.add(NO_REFERENCE, tid)
+    contexts = [_context(at, c, f"contexts[{i}].", domain, tid, data)
+                for i, c in enumerate(at.get(obj, "contexts", (list,), required=True))]  # fmt: skip
     return {
         "task_id": tid, "conversation_id": cid, "turn": turn, "domain": domain, "collection": COLLECTIONS[domain],
-        "question": messages[-1]["text"], "input": messages,
-        "targets": [{"speaker": str(t.get("speaker", "agent")), "text": str(t.get("text", ""))}
-                    for t in obj["targets"] if isinstance(t, dict)],
+        "question": messages[-1]["text"], "input": messages, "targets": targets,
         "answerability": answerability, "multi_turn": mp.first(obj.get("Multi-Turn")),
         "question_type": mp.enrichment(obj.get("Question Type")), "standalone": mp.first(obj.get("Standalone Type")),
         "scored": False, "relevant_passages": [], "contexts": contexts,
     }  # fmt: skip
+
+
+def _context(at: Checker, c: Any, prefix: str, domain: str, tid: str, data: UNData) -> dict[str, str]:
+    """A reference passage of a task (also added to the domain's cited corpus)."""
+    doc_id = at.get(c, "document_id", (str,), prefix, required=True, empty=False)
+    row = {"document_id": doc_id, "title": at.get(c, "title", (str,), prefix) or "",
+           "text": at.get(c, "text", (str,), prefix, required=True)}  # fmt: skip
+    cite(data.cited, {"_id": doc_id, "title": row["title"], "text": row["text"], "url": "", "domain": domain}, tid,
+         data.add)  # fmt: skip
+    return row
 
 
 def required_files(domain: str, view: str) -> list[str]:

@@ -10,6 +10,12 @@ A local ``source`` folder may be in that layout, hold the ``D_*.jsonl`` files di
 ``benchmark/`` and ``corpus/``), or be a *flat* folder with one ``benchmark.jsonl`` and one
 ``documents.jsonl`` mixing domains (the curated pilot sample): there a conversation's domain comes from its
 ``task`` field and a document's domain from the turns that cite it (or its ``<domain>_`` id prefix).
+
+Every line is checked as it is read (errors name the file and line): missing fields, wrong types (e.g. a
+``metadata.num_turns`` that is not an int), an empty conversation id, query or gold document id, a
+repeated conversation id (both lines named), a benchmark file without conversations. Kept and counted in the
+build report: turns with an empty answer (the answer is not scored) and documents with empty text (qrels
+may point at them).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any
 from convrag.builder_base import BuildReport, is_url
 from convrag.errors import DataError
 from convrag.jsonl import read_jsonl
+from convrag.jsonl import typed_field as check
 
 #: file-name domain (as released) -> config / column domain name (lower case, as in ``task``)
 FILE_DOMAINS = ("biology", "earth_science", "economics", "psychology", "robotics", "sustainable_living",
@@ -31,6 +38,9 @@ FILE_NAME = dict(zip(DOMAINS, FILE_DOMAINS, strict=True))
 HUB_URL = "https://huggingface.co/datasets/RECOR-Benchmark/RECOR/resolve/main/"
 FLAT = "flat"
 MISSING_LIMIT = 100_000  # every missing gold document is listed in the report
+EMPTY_ANSWER = "turns with an empty answer (kept)"
+EMPTY_DOCUMENT = "documents with empty text (kept)"
+_META = {"created_at": str, "gold_doc_count": int, "method": str, "num_turns": int, "source": str, "version": str}
 
 
 def release_paths() -> dict[str, str]:
@@ -69,7 +79,10 @@ def available_domains(located: dict[str, str | None]) -> list[str]:
     """Domains whose benchmark file the source holds (for a flat folder: the domains found in it)."""
     if located.get(FLAT):
         path = os.path.join(str(located[FLAT]), "benchmark.jsonl")
-        return sorted({domain_of_task(c.get("task"), path, n) for n, c in read_jsonl(path)})
+        rows = read_jsonl(path)
+        if not rows:
+            raise DataError("the file holds no conversations", path)
+        return sorted({domain_of_task(c.get("task"), path, n) for n, c in rows})
     return [d for d in DOMAINS if located.get(f"{d}-benchmark")]
 
 
@@ -80,20 +93,12 @@ def domain_of_task(task: Any, path: str, line: int) -> str:
     return key
 
 
-def _need(obj: dict, name: str, types: tuple, path: str, line: int, where: str = "") -> Any:
-    if name not in obj:
-        raise DataError(f"missing field {where + name!r}", path, line)
-    value = obj[name]
-    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-        raise DataError(f"field {where + name!r} must be {'/'.join(t.__name__ for t in types)}", path, line)
-    return value
-
-
-def _strings(value: Any, name: str, path: str, line: int) -> list[str]:
+def _strings(value: Any, name: str, path: str, line: int, ids: bool = False) -> list[str]:
+    """A list of strings (``ids``: of non-empty strings); None is an empty list."""
     if value is None:
         return []
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise DataError(f"field {name!r} must be a list of strings", path, line)
+    if not isinstance(value, list) or not all(isinstance(v, str) and (v.strip() or not ids) for v in value):
+        raise DataError(f"field {name!r} must be a list of {'non-empty ' if ids else ''}strings", path, line)
     return list(value)
 
 
@@ -106,24 +111,30 @@ class RecorData:
     qrels: dict[str, list[dict]] = field(default_factory=dict)
     corpus: dict[str, dict[str, str]] = field(default_factory=dict)
     report: BuildReport = field(default_factory=BuildReport)
+    lines: dict[str, tuple[str, int]] = field(default_factory=dict)  # conversation id -> (file, line)
 
 
-def parse_turn(turn: Any, domain: str, cid: str, path: str, line: int) -> dict:
-    if not isinstance(turn, dict):
-        raise DataError(f"conversation {cid!r}: every turn must be an object", path, line)
-    tid = _need(turn, "turn_id", (int,), path, line, "turn.")
-    meta = turn.get("subquestion_reasoning_metadata") or {}
-    if not isinstance(meta, dict):
-        raise DataError("field 'subquestion_reasoning_metadata' must be an object", path, line)
+def parse_turn(turn: Any, index: int, path: str, line: int, report: BuildReport, gid: str) -> dict:
+    """Turn ``index`` of conversation ``gid`` (a line of ``path``), checked."""
+    at = f"turns[{index}]."
+
+    def text(name: str, obj: Any = turn, where: str = at) -> str:
+        return check(obj, name, str, path, line, where, default="")
+
+    tid = check(turn, "turn_id", int, path, line, at)
+    meta = check(turn, "subquestion_reasoning_metadata", dict, path, line, at, default={})
     target = meta.get("target_information") or ""
+    answer = text("answer")
+    if not answer.strip():
+        report.add(EMPTY_ANSWER, f"{gid}:{tid}")
     return {
         "turn": tid,
         "speaker": "user",
-        "text": _need(turn, "query", (str,), path, line, "turn."),
-        "answer": str(turn.get("answer") or ""),
-        "gold_doc_ids": _strings(turn.get("gold_doc_ids"), "gold_doc_ids", path, line),
-        "conversation_history": str(turn.get("conversation_history") or ""),
-        "subquestion_reasoning": str(turn.get("subquestion_reasoning") or ""),
+        "text": check(turn, "query", str, path, line, at, empty=False),
+        "answer": answer,
+        "gold_doc_ids": _strings(turn.get("gold_doc_ids"), at + "gold_doc_ids", path, line, ids=True),
+        "conversation_history": text("conversation_history"),
+        "subquestion_reasoning": text("subquestion_reasoning"),
         "target_information": target if isinstance(target, str) else json.dumps(target),
         "relevance_signals": _strings(meta.get("relevance_signals"), "relevance_signals", path, line),
         "irrelevance_signals": _strings(meta.get("irrelevance_signals"), "irrelevance_signals", path, line),
@@ -132,9 +143,11 @@ def parse_turn(turn: Any, domain: str, cid: str, path: str, line: int) -> dict:
 
 def parse_conversation(obj: dict, domain: str, path: str, line: int, data: RecorData) -> None:
     report = data.report
-    raw_id = _need(obj, "id", (str, int), path, line)
+    raw_id = check(obj, "id", (str, int), path, line)
     cid = str(raw_id)
-    task = _need(obj, "task", (str,), path, line)
+    if not cid.strip():
+        raise DataError("field 'id' is empty", path, line)
+    task = check(obj, "task", str, path, line)
     if task != domain:
         if task.lower() != domain:
             raise DataError(f"conversation {cid!r} has task {task!r} in the {domain!r} file", path, line)
@@ -146,31 +159,30 @@ def parse_conversation(obj: dict, domain: str, path: str, line: int, data: Recor
     if not isinstance(raw_id, str) or cid.isdigit():
         report.add("numeric conversation ids (BRIGHT-sourced; qualified with the domain)", f"{domain}:{cid}")
     gid = f"{domain}:{cid}"
-    if any(c["conversation_id"] == gid for c in data.conversations.get(domain, [])):
-        raise DataError(f"duplicate conversation id {cid!r} in domain {domain!r}", path, line)
-    turns_raw = _need(obj, "turns", (list,), path, line)
-    turns = [parse_turn(t, domain, cid, path, line) for t in turns_raw]
+    if gid in data.lines:
+        first, at = data.lines[gid]
+        where = f"line {at}" if first == path else f"{first}:{at}"
+        raise DataError(f"duplicate conversation id {cid!r} in domain {domain!r} (first on {where})", path, line)
+    data.lines[gid] = (path, line)
+    turns = [parse_turn(t, i, path, line, report, gid) for i, t in enumerate(check(obj, "turns", list, path, line))]
     ids = [t["turn"] for t in turns]
     if len(set(ids)) != len(ids):
         raise DataError(f"conversation {cid!r} has duplicate turn ids {ids}", path, line)
     if ids != sorted(ids):
         report.add("conversations with turns out of order (sorted by turn_id)", gid)
         turns.sort(key=lambda t: t["turn"])
-    meta = obj.get("metadata") or {}
-    if not isinstance(meta, dict):
-        raise DataError("field 'metadata' must be an object", path, line)
-    if meta.get("num_turns") is not None and meta.get("num_turns") != len(turns):
+    meta = check(obj, "metadata", dict, path, line, default={})
+    values = {name: check(meta, name, kind, path, line, "metadata.", default=None) for name, kind in _META.items()}
+    if values["num_turns"] is not None and values["num_turns"] != len(turns):
         report.add("conversations whose metadata.num_turns differs from their turns", gid)
     if not turns:
         report.add("conversations without turns", gid)
     data.conversations.setdefault(domain, []).append({
         "conversation_id": gid, "domain": domain, "turns": turns, "id": cid, "task": task,
-        "original_query": str(obj.get("original_query") or ""),
-        "original_answer": str(obj.get("original_answer") or ""),
-        "metadata": {"created_at": str(meta.get("created_at") or ""),
-                     "gold_doc_count": int(meta.get("gold_doc_count") or 0),
-                     "method": str(meta.get("method") or ""), "num_turns": int(meta.get("num_turns") or 0),
-                     "source": str(meta.get("source") or ""), "version": str(meta.get("version") or "")},
+        "original_query": check(obj, "original_query", str, path, line, default=""),
+        "original_answer": check(obj, "original_answer", str, path, line, default=""),
+        "metadata": {name: values[name] if values[name] is not None else kind()
+                     for name, kind in _META.items()},
     })  # fmt: skip
     for t in turns:
         qid = f"{gid}:{t['turn']}"
@@ -192,8 +204,10 @@ def read_corpus(path: str, report: BuildReport) -> list[tuple[str, str, int]]:
     seen: dict[str, tuple[str, int]] = {}
     out = []
     for line, obj in read_jsonl(path):
-        doc_id = _need(obj, "doc_id", (str,), path, line)
-        text = _need(obj, "content", (str,), path, line)
+        doc_id = check(obj, "doc_id", str, path, line, empty=False)
+        text = check(obj, "content", str, path, line)
+        if not text.strip():
+            report.add(EMPTY_DOCUMENT, doc_id)
         if doc_id in seen:
             if seen[doc_id][0] != text:
                 raise DataError(f"document {doc_id!r} repeated with a different text (first on line "
@@ -222,7 +236,10 @@ def parse_recor(files: dict[str, str | None], domains: list[str]) -> RecorData:
             if path is None:
                 data.report.add("domains skipped: the source lacks their benchmark file", d)
                 continue
-            for line, obj in read_jsonl(path):
+            rows = read_jsonl(path)
+            if not rows:
+                raise DataError("the file holds no conversations", path)
+            for line, obj in rows:
                 parse_conversation(obj, d, path, line, data)
             cpath = files.get(f"{d}-corpus")
             if cpath is None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
-import json
 import os
 import random
 from dataclasses import dataclass
@@ -30,9 +29,10 @@ import datasets
 from datasets import Features, List, Value
 
 from convrag import schema
-from convrag.builder_base import BenchmarkBuilder, BenchmarkConfig, BuildReport
+from convrag.builder_base import BenchmarkBuilder, BenchmarkConfig, BuildReport, is_url
 from convrag.errors import DataError
 from convrag.evaluation.profile import EvaluationProfile
+from convrag.jsonl import read_json_records
 
 from . import stratrag_rules as rules
 
@@ -103,23 +103,19 @@ def _default_created_at() -> str:
 
 @functools.lru_cache(maxsize=2)
 def _read_hotpot(path: str, mtime: float) -> tuple[dict, ...]:
-    """Parse and check a HotpotQA JSON file (a list of records); errors name the file and line/record."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except json.JSONDecodeError as err:
-        raise DataError(f"invalid JSON: {err.msg} (column {err.colno})", path, err.lineno) from err
-    if not isinstance(data, list):
-        raise DataError("expected a JSON list of HotpotQA records", path)
+    """Parse and check a HotpotQA JSON file (a list of records); errors name the file and the line where the
+    offending record starts."""
+    records = read_json_records(path, "HotpotQA records")
+    if not records:
+        raise DataError("the file holds no HotpotQA records", path)
     seen: dict[str, int] = {}
-    for index, raw in enumerate(data):
-        rules.check_record(raw, path, index)
+    for index, (line, raw) in enumerate(records):
+        rules.check_record(raw, path, index, line)
         if raw["_id"] in seen:
-            raise DataError(
-                f"duplicate _id {raw['_id']!r} (records {seen[raw['_id']] + 1} and {index + 1})", path, index + 1
-            )
-        seen[raw["_id"]] = index
-    return tuple(data)
+            raise DataError(f"duplicate _id {raw['_id']!r} (records starting on lines {seen[raw['_id']]} and "
+                            f"{line})", path, line)  # fmt: skip
+        seen[raw["_id"]] = line
+    return tuple(raw for _, raw in records)
 
 
 def read_hotpot(path: str) -> tuple[dict, ...]:
@@ -171,16 +167,23 @@ class StratRAG(BenchmarkBuilder):
     def assign_source(self, path: str) -> dict[str, str]:
         """One local file: its split is read from the name (``train`` or ``dev``/``validation``)."""
         name = os.path.basename(path).lower()
+        if not is_url(path) and not os.path.exists(path):
+            raise DataError("source file or folder does not exist", path)
         if "train" in name:
             return {"train": path}
         if "dev" in name or "valid" in name:
             return {"validation": path}
-        raise DataError("cannot tell the split from the file name; pass {'train'|'validation': path}", path)
+        raise DataError("cannot tell the split from the file name; use --source train=PATH or validation=PATH", path)
 
     def _split_generators(self, dl_manager: datasets.DownloadManager) -> list[datasets.SplitGenerator]:
         sources = self.resolve_sources(dl_manager)
         if self.config.fill not in ("pad", "borrow"):
             raise DataError(f"fill must be 'pad' or 'borrow', got {self.config.fill!r}")
+        if self.config.pool_size < rules.N_GOLD:
+            raise DataError(f"option pool_size must be at least {rules.N_GOLD}, got {self.config.pool_size}")
+        for name in ("max_train", "max_validation", "validation_row_offset"):
+            if (getattr(self.config, name) or 0) < 0:
+                raise DataError(f"option {name} must not be negative, got {getattr(self.config, name)}")
         for path in sources.values():
             read_hotpot(path)  # parse and check here, so errors surface unwrapped
         order = [s for s in ("train", "validation") if s in sources]
@@ -255,6 +258,8 @@ def build_split(
         parts = rules.gold_and_distractors(raw, report)
         if parts is not None:
             valid.append((offset + row, raw, *parts))
+            if not raw["answer"].strip():
+                report.add(rules.EMPTY_ANSWER, raw["_id"])
     borrow = []
     if config.fill == "borrow":
         for global_row, raw, _, distractors in valid:
@@ -277,8 +282,8 @@ def build_split(
                 "metadata": {
                     "split": split,
                     "question_type": qtype,
-                    "hotpot_type": str(raw.get("type", "")),
-                    "hotpot_level": str(raw.get("level", "")),
+                    "hotpot_type": raw.get("type") or "",
+                    "hotpot_level": raw.get("level") or "",
                     "num_real_docs": sum(d["source"] != rules.PAD_SOURCE for d in pool),
                 },
                 "created_at": created_at,

@@ -15,6 +15,11 @@ For each HotpotQA example:
 Document ids follow the release: ``doc_{global_row:08d}_{hotpot_paragraph_index:02d}``; pads get
 ``doc_{global_row:08d}_pad{slot:02d}`` (our choice: the release's pad ids are not documented) with source
 ``PAD_SOURCE`` and text ``PAD_TEXT``. Document text is ``"{title} {sentences joined}"``.
+
+Input checks (``check_record``, before anything is built): wrong types, missing fields, an empty ``_id`` or an
+empty question are errors naming the file and the line where the record starts. A record with an empty
+answer is kept and counted in the build report (``EMPTY_ANSWER``): retrieval does not use the answer, and
+its question type falls back to the keyword rule.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 
 from convrag.builder_base import BuildReport
 from convrag.errors import DataError
+from convrag.jsonl import is_a, type_name
 
 POOL_SIZE = 15
 N_GOLD = 2
@@ -44,6 +50,8 @@ COMPARATIVE_KEYWORDS = (
 )  # fmt: skip
 _KEYWORD_RE = re.compile(r"\b(" + "|".join(COMPARATIVE_KEYWORDS) + r")\b")
 REQUIRED_FIELDS = ("_id", "question", "answer", "supporting_facts", "context")
+#: build-report event: records kept although their reference answer is empty (retrieval does not need it)
+EMPTY_ANSWER = "records with an empty reference answer (kept; retrieval does not use it)"
 
 
 @dataclass(frozen=True)
@@ -84,17 +92,28 @@ def split_prefix(split: str) -> str:
     return "val" if split == "validation" else split
 
 
-def check_record(raw: Any, source: str, index: int) -> None:
-    """Raise a DataError naming ``source`` and the record number if ``raw`` is not a HotpotQA record."""
-    line = index + 1
+def check_record(raw: Any, source: str, index: int, line: int | None = None) -> None:
+    """Raise a DataError if ``raw`` (record ``index + 1`` of ``source``, starting on ``line``) is not a HotpotQA
+    record: missing fields, wrong types, an empty ``_id`` or question (an error: a query without text cannot be
+    scored, and dropping it would silently change the query set). An empty answer is reported, not an error."""
+    number = index + 1
+    line = number if line is None else line
     if not isinstance(raw, dict):
-        raise DataError(f"record {line} is {type(raw).__name__}, expected an object", source, line)
+        raise DataError(f"record {number} is {type_name(raw)}, expected an object", source, line)
     missing = [f for f in REQUIRED_FIELDS if f not in raw]
     if missing:
-        raise DataError(f"record {line} (_id={raw.get('_id')!r}) lacks fields {missing}", source, line)
+        raise DataError(f"record {number} (_id={raw.get('_id')!r}) lacks fields {missing}", source, line)
     for name in ("_id", "question", "answer"):
         if not isinstance(raw[name], str):
-            raise DataError(f"record {line}: field {name!r} must be a string", source, line)
+            raise DataError(f"record {number}: field {name!r} must be a string, got {type_name(raw[name])}",
+                            source, line)  # fmt: skip
+    for name in ("type", "level"):
+        if raw.get(name) is not None and not isinstance(raw[name], str):
+            raise DataError(f"record {number}: field {name!r} must be a string, got {type_name(raw[name])}",
+                            source, line)  # fmt: skip
+    for name in ("_id", "question"):
+        if not raw[name].strip():
+            raise DataError(f"record {number} (_id={raw['_id']!r}): empty {name}", source, line)
     context = raw["context"]
     if not isinstance(context, list) or not all(
         isinstance(p, list | tuple)
@@ -104,14 +123,14 @@ def check_record(raw: Any, source: str, index: int) -> None:
         and all(isinstance(s, str) for s in p[1])
         for p in context
     ):
-        raise DataError(f"record {line} (_id={raw['_id']}): context must be [[title, [sentences]]]", source, line)
+        raise DataError(f"record {number} (_id={raw['_id']}): context must be [[title, [sentences]]]", source, line)
     facts = raw["supporting_facts"]
     if not isinstance(facts, list) or not all(
-        isinstance(f, list | tuple) and len(f) == 2 and isinstance(f[0], str) for f in facts
+        isinstance(f, list | tuple) and len(f) == 2 and isinstance(f[0], str) and is_a(f[1], int) and f[1] >= 0
+        for f in facts
     ):
-        raise DataError(
-            f"record {line} (_id={raw['_id']}): supporting_facts must be [[title, sentence_index]]", source, line
-        )
+        raise DataError(f"record {number} (_id={raw['_id']}): supporting_facts must be [[title, sentence_index]] "
+                        "(sentence_index an int >= 0)", source, line)  # fmt: skip
 
 
 def gold_and_distractors(

@@ -212,5 +212,5 @@ def test_malformed_line_names_file_and_line(release, tmp_path):
     with pytest.raises(DataError, match=r"economics_benchmark\.jsonl:2: invalid JSON"):
         export_benchmark("recor", tmp_path / "out", configs=["economics-queries"], options={"source": str(release)})
     path.write_text(json.dumps(_conv("9", "economics", [{"query": "no id"}])) + "\n", encoding="utf-8")
-    with pytest.raises(DataError, match=r"economics_benchmark\.jsonl:1: missing field 'turn.turn_id'"):
+    with pytest.raises(DataError, match=r"economics_benchmark\.jsonl:1: missing field 'turns\[0\]\.turn_id'"):
         export_benchmark("recor", tmp_path / "out2", configs=["economics-queries"], options={"source": str(release)})
