@@ -7,7 +7,10 @@ the Hub viewer read::
     <out>/<config>/<split>-00000-of-00001.parquet one file per split (more shards for big splits)
 
 The README's ``convrag`` block records the benchmark name, builder version, build options and the build
-report (excluded records, pads...), so ``convrag evaluate`` knows what it is looking at.
+report (excluded records, pads, empty configs...), so ``convrag evaluate`` knows what it is looking at.
+
+A build never destroys data: it is written into a temporary folder beside ``<out>`` and swapped in only once
+complete, so a failed or interrupted build leaves ``<out>`` as it was (see ``export_benchmark``).
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from __future__ import annotations
 import importlib.resources
 import logging
 import os
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,11 +30,19 @@ from datasets.info import DatasetInfosDict
 from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCard, DatasetCardData
 
+from convrag.build_options import check_options
 from convrag.builders import get_builder_class
-from convrag.errors import ConvragError
+from convrag.errors import ConvragError, DataError
+from convrag.manifest import read_manifest
+from convrag.out_folder import check_out, replacing
 
 logger = logging.getLogger(__name__)
 MAX_SHARD_ROWS = 500_000
+#: build-report events of configs / splits that came out with 0 rows (not written: ``load_dataset`` cannot
+#: read a 0-row split)
+EMPTY_CONFIGS = "configs skipped: 0 rows in every split"
+EMPTY_SPLITS = "splits skipped: 0 rows"
+MISSING_FILES = "configs skipped: the source lacks their files"
 
 
 @dataclass
@@ -56,7 +66,11 @@ class ExportSummary:
 def build_config(
     benchmark: str, config_name: str, cache_dir: str, options: dict[str, Any]
 ) -> tuple[datasets.DatasetDict, Any]:
-    """Run one builder config; returns its splits and the builder (for ``info`` and ``report``)."""
+    """Run one builder config; returns its non-empty splits and the builder (for ``info`` and ``report``).
+
+    Splits that came out with 0 rows are left out of the returned dict (``as_dataset`` cannot read them);
+    they are still named in ``builder.info.splits``.
+    """
     cls = get_builder_class(benchmark)
     try:
         builder = cls(config_name=config_name, cache_dir=cache_dir, **options)
@@ -65,7 +79,8 @@ def build_config(
         if isinstance(err.__cause__, ConvragError):
             raise err.__cause__ from None
         raise
-    return builder.as_dataset(), builder
+    splits = builder.info.splits or {}
+    return datasets.DatasetDict({s: builder.as_dataset(split=s) for s, i in splits.items() if i.num_examples}), builder
 
 
 def export_benchmark(
@@ -75,15 +90,23 @@ def export_benchmark(
     options: dict[str, Any] | None = None,
     overwrite: bool = False,
 ) -> ExportSummary:
-    """Build ``configs`` (default: all) of ``benchmark`` with ``options`` and write a Hub-layout folder."""
-    out = Path(out_dir)
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise ConvragError(f"{out} exists and is not empty (use overwrite / --overwrite)")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-    options = dict(options or {})
+    """Build ``configs`` (default: all the source can build) of ``benchmark`` with ``options`` (see
+    ``check_options``) and write a Hub-layout folder at ``out_dir``.
+
+    Nothing is touched before the arguments are checked: ``out_dir`` must not be a file, nor overlap a local
+    ``source``; an existing non-empty ``out_dir`` is replaced only with ``overwrite`` and only if it is a
+    previous ``convrag build`` (README with a ``convrag`` block). The build is written into a temporary
+    folder ``.<name>.convrag-tmp-*`` beside ``out_dir`` and swapped in when complete; on any error or
+    interrupt the temporary folder is removed and ``out_dir`` is left as it was. Leftovers of a killed build
+    are cleaned (or, if it died mid-swap, the previous build restored) by the next build into ``out_dir``.
+
+    A split that comes out with 0 rows is not written (``load_dataset`` cannot read an empty split): it is
+    listed in the build report (``splits skipped: 0 rows``, ``config:split``), and a config with no rows in
+    any split is left out of the folder and listed (``configs skipped: 0 rows in every split``). A build in
+    which every config is empty is an error.
+    """
     cls = get_builder_class(benchmark)
+    options = check_options(cls, dict(options or {}))
     all_names = [c.name for c in cls.BUILDER_CONFIGS]
     skipped: list[str] = []
     if configs:
@@ -95,35 +118,83 @@ def export_benchmark(
         names = all_names
     if not names:
         raise ConvragError(f"{benchmark}: the given source holds none of the files any config needs")
-    unknown = set(names) - {c.name for c in cls.BUILDER_CONFIGS}
+    unknown = set(names) - set(all_names)
     if unknown:
         raise ConvragError(f"unknown configs for {benchmark}: {sorted(unknown)}")
+    out = Path(out_dir).expanduser()
+    target = check_out(out, options.get("source"))
     summary = ExportSummary(out_dir=out, benchmark=benchmark)
+    with replacing(out, target, overwrite, _is_build) as work:
+        _build_into(work, cls, names, options, summary, skipped)
+    return summary
+
+
+def _build_into(
+    work: Path, cls: type, names: list[str], options: dict[str, Any], summary: ExportSummary, skipped: list[str]
+) -> None:
+    """Build every config of ``names`` into ``work`` (Parquet + README); fills ``summary`` (``skipped``: the
+    configs the source lacks files for)."""
     infos: dict[str, datasets.DatasetInfo] = {}
     metadata: dict[str, dict[str, Any]] = {}
+    empty_configs: list[str] = []
+    empty_splits: list[str] = []
     with tempfile.TemporaryDirectory(prefix="convrag-build-") as cache_dir:
         for name in names:
-            dataset, builder = build_config(benchmark, name, cache_dir, options)
+            dataset, builder = build_config(cls.BENCHMARK, name, cache_dir, options)
+            merge_report(summary.report, builder.report.to_dict())
+            info = builder.info.copy()
+            empty = [s for s in info.splits or {} if s not in dataset]
+            if not dataset:
+                empty_configs.append(name)
+                continue
+            empty_splits += [f"{name}:{s}" for s in empty]
             summary.rows[name] = {}
             data_files = []
             for split, ds in dataset.items():
-                write_parquet_shards(ds, out / name, split)
+                write_parquet_shards(ds, work / name, split)
                 data_files.append({"split": split, "path": f"{name}/{split}-*"})
                 summary.rows[name][split] = len(ds)
             metadata[name] = {"data_files": data_files}
             if name == cls.DEFAULT_CONFIG_NAME:
                 metadata[name]["default"] = True
-            info = builder.info.copy()
             info.config_name = name
+            kept = datasets.SplitDict(dataset_name=info.splits.dataset_name)
+            for split in dataset:
+                kept.add(info.splits[split])
+            info.splits = kept
             infos[name] = info
-            report = builder.report.to_dict()
-            if report["counts"] and not summary.report:
-                summary.report = report
-    if skipped:
-        summary.report.setdefault("counts", {})["configs skipped: the source lacks their files"] = len(skipped)
-        summary.report.setdefault("examples", {})["configs skipped: the source lacks their files"] = skipped
-    write_readme(out, cls, infos, metadata, summary, options)
-    return summary
+    if not infos:
+        source = options.get("source")
+        raise DataError(f"every config built from this source has 0 rows ({', '.join(names)}); nothing to write",
+                        source if isinstance(source, str) else None)  # fmt: skip
+    events = {EMPTY_CONFIGS: empty_configs, EMPTY_SPLITS: empty_splits, MISSING_FILES: skipped}
+    for event, items in events.items():
+        if items:
+            summary.report.setdefault("counts", {})[event] = len(items)
+            summary.report.setdefault("examples", {})[event] = items
+    write_readme(work, cls, infos, metadata, summary, options)
+
+
+def merge_report(into: dict[str, Any], report: dict[str, Any]) -> None:
+    """Merge one config's build report into ``into``. Configs built from the same source report the same
+    events (each re-reads it), so an event's count is its largest count over configs (with that config's
+    examples), not their sum; events seen by one config only (its corpus, say) are kept as they are."""
+    counts = into.setdefault("counts", {})
+    examples = into.setdefault("examples", {})
+    for event, count in report.get("counts", {}).items():
+        if count > counts.get(event, 0):
+            counts[event] = count
+            if event in report.get("examples", {}):
+                examples[event] = report["examples"][event]
+
+
+def _is_build(folder: Path) -> bool:
+    """Whether ``folder`` was written by ``convrag build`` (a README with a ``convrag`` block)."""
+    try:
+        read_manifest(folder)
+    except (ConvragError, OSError):
+        return False
+    return True
 
 
 def _streamable(ds: datasets.Dataset, files: list[str]) -> bool:
@@ -219,24 +290,25 @@ def write_readme(
     card.save(str(out / "README.md"))
 
 
-def read_manifest(folder: str | os.PathLike) -> dict[str, Any]:
-    """The ``convrag`` block of an exported folder's README (benchmark, options, report)."""
-    readme = Path(folder) / "README.md"
-    if not readme.exists():
-        raise ConvragError(f"{readme} not found: is {folder} a folder written by `convrag build`?")
-    data = DatasetCard.load(str(readme)).data.to_dict()
-    if "convrag" not in data:
-        raise ConvragError(f"{readme} has no 'convrag' block: it was not written by `convrag build`")
-    return data["convrag"]
-
-
 def push_folder(folder: str | os.PathLike, repo_id: str, private: bool = False, token: str | None = None) -> str:
-    """Upload an exported folder to the Hub as dataset ``repo_id`` (token: argument or HF_TOKEN)."""
-    from huggingface_hub import HfApi
+    """Upload an exported folder to the Hub as dataset ``repo_id`` (token: argument, HF_TOKEN or the stored
+    login). Every failure (not a build, no token, network, Hub refusal) raises ``ConvragError``."""
+    from huggingface_hub import HfApi, get_token
+    from huggingface_hub.errors import HTTPError
 
-    read_manifest(folder)
-    api = HfApi(token=token or os.environ.get("HF_TOKEN"))
-    api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
-    commit = api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="dataset",
-                               commit_message="Upload benchmark built with convrag")  # fmt: skip
+    path = Path(folder)
+    if not path.is_dir():
+        raise ConvragError(f"{path}: no such folder" if not path.exists() else f"{path}: not a folder")
+    read_manifest(path)
+    token = token or get_token()
+    if not token:
+        raise ConvragError(f"cannot push {path}: no Hugging Face token (set HF_TOKEN or run `hf auth login`)")
+    api = HfApi(token=token)
+    try:
+        api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+        commit = api.upload_folder(folder_path=str(path), repo_id=repo_id, repo_type="dataset",
+                                   commit_message="Upload benchmark built with convrag")  # fmt: skip
+    except (OSError, ValueError, HTTPError) as err:  # offline, no network, refused, bad repo id
+        reason = " ".join(str(err).split()) or type(err).__name__
+        raise ConvragError(f"cannot push {path} to {repo_id}: {reason}") from None
     return str(commit)

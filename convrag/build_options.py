@@ -1,0 +1,76 @@
+"""Options of ``convrag build``: which keys a builder accepts and of which types, checked before building.
+
+The accepted options are the fields of the builder's config class, less those of ``datasets.BuilderConfig``
+and those that tell its configs apart (``view``, ``domain``...: chosen with ``--config``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from contextlib import suppress
+from typing import Any
+
+import datasets
+import yaml
+
+from convrag.errors import ConvragError
+
+
+def builder_options(cls: type) -> dict[str, Any]:
+    """Option name -> type of the options ``cls`` accepts: its config class's fields, less those of
+    ``datasets.BuilderConfig`` and those that tell its configs apart (``view``, ``domain``...)."""
+    config_cls = cls.BUILDER_CONFIG_CLASS
+    fixed = {f.name for f in dataclasses.fields(datasets.BuilderConfig)} | per_config_fields(cls)
+    hints = typing.get_type_hints(config_cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(config_cls) if f.name not in fixed}
+
+
+def per_config_fields(cls: type) -> set[str]:
+    """Config fields whose value differs between the configs of ``cls`` (``name``, ``view``, ``domain``...)."""
+    return {f.name for f in dataclasses.fields(cls.BUILDER_CONFIG_CLASS)
+            if len({repr(getattr(c, f.name)) for c in cls.BUILDER_CONFIGS}) > 1}  # fmt: skip
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    """Whether ``value`` is of type ``hint`` (classes, unions / Optional, dict / list of them)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if origin is dict:
+        return isinstance(value, dict) and all(_matches(k, args[0]) and _matches(v, args[1]) for k, v in value.items())
+    if origin is list:
+        return isinstance(value, list) and all(_matches(v, args[0]) for v in value)
+    if hint in (int, float) and isinstance(value, bool):
+        return False
+    return isinstance(value, float | int) if hint is float else isinstance(value, hint)
+
+
+def check_options(cls: type, options: dict[str, Any]) -> dict[str, Any]:
+    """Check build options against ``builder_options(cls)``; returns them typed.
+
+    A string value (as ``--option key=value`` gives) is kept as text when the option takes text (paths,
+    ``created_at=2024-01-01``), else read as YAML (``seed=3``, ``max_train=null``). Unknown keys and values
+    of the wrong type raise ``ConvragError``.
+    """
+    known = builder_options(cls)
+    checked: dict[str, Any] = {}
+    for key, value in options.items():
+        if key not in known:
+            per_config = key in per_config_fields(cls)
+            why = "is set by each config (choose configs with --config)" if per_config else "is unknown"
+            raise ConvragError(f"option {key!r} {why} for {cls.BENCHMARK}; options: {', '.join(sorted(known))}")
+        hint = known[key]
+        if isinstance(value, str) and not _matches(value, hint):
+            with suppress(yaml.YAMLError):
+                value = yaml.safe_load(value)
+        if not _matches(value, hint):
+            name = getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+            raise ConvragError(f"option {key!r} of {cls.BENCHMARK} expects {name}, got {value!r}")
+        checked[key] = value
+    return checked

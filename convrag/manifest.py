@@ -1,0 +1,52 @@
+"""The README of a folder written by ``convrag build``: its YAML header and the ``convrag`` block in it.
+
+Every reader of a built folder (``convrag evaluate``, ``evaluate-generation``, ``push``, ``build
+--overwrite``) goes through ``read_card`` / ``read_manifest``, so a missing folder, a missing README, non-UTF-8
+bytes, bad YAML or a missing block is one error naming the README (and the YAML line where there is one).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from huggingface_hub import DatasetCard
+
+from convrag.errors import ConvragError, DataError
+
+
+def read_card(folder: str | os.PathLike) -> tuple[Path, dict[str, Any]]:
+    """(README path, YAML header) of a built folder; a missing folder or README, or bad YAML, is one error."""
+    path = Path(folder)
+    if not path.is_dir():
+        raise ConvragError(f"{path}: {'not a folder' if path.exists() else 'no such folder'} "
+                           "(give a folder written by `convrag build`)")  # fmt: skip
+    readme = path / "README.md"
+    if not readme.is_file():
+        raise ConvragError(f"{readme} not found: is {path} a folder written by `convrag build`?")
+    try:
+        text = readme.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise DataError(f"not UTF-8 text (byte {err.start + 1})", str(readme)) from None
+    if not text.startswith("---"):
+        raise DataError("has no YAML header: it was not written by `convrag build`", str(readme))
+    try:
+        data = DatasetCard(text).data.to_dict()
+    except (yaml.YAMLError, ValueError) as err:  # ValueError: a header that is not a mapping
+        mark = getattr(err, "problem_mark", None)
+        line = mark.line + 2 if mark is not None else None  # +1: 1-based, +1: the opening '---' line
+        raise DataError(f"invalid YAML header: {getattr(err, 'problem', None) or err}", str(readme), line) from None
+    return readme, data
+
+
+def read_manifest(folder: str | os.PathLike) -> dict[str, Any]:
+    """The ``convrag`` block of a built folder's README (benchmark, options, report, evaluation profile)."""
+    readme, data = read_card(folder)
+    block = data.get("convrag")
+    if not isinstance(block, dict):
+        raise DataError("has no 'convrag' block: the folder was not written by `convrag build`", str(readme))
+    if not isinstance(block.get("benchmark"), str):
+        raise DataError("the 'convrag' block names no benchmark", str(readme))
+    return block

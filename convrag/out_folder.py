@@ -1,0 +1,147 @@
+"""Replace an output folder without ever destroying data.
+
+A build is written into a temporary folder ``.<name>.convrag-tmp-*`` beside ``<out>`` (same filesystem, so
+the final rename is atomic) and swapped in only once complete; on any error or interrupt the temporary
+folder is removed and ``<out>`` is left as it was. One build at a time writes a given ``<out>`` (a lock file
+beside it); leftovers of a killed build are cleaned, or the previous ``<out>`` put back, by the next build.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import secrets
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any
+
+from convrag.builder_base import is_url
+from convrag.errors import ConvragError
+
+WORK_TAGS = ("convrag-tmp", "convrag-old")  # names of our own folders beside <out>: .<name>.<tag>-<random>
+
+
+def _local_sources(source: Any) -> list[Path]:
+    """The local paths in a ``source`` option (a path, or a mapping name -> path; URLs left out)."""
+    values = source.values() if isinstance(source, dict) else [source] if source is not None else []
+    return [Path(str(v)).expanduser().resolve() for v in values if not is_url(str(v))]
+
+
+def check_out(out: Path, source: Any) -> Path:
+    """Refuse an ``out`` that is a file, is a local source or contains one (replacing it would delete the
+    source); returns the real folder to write (symbolic links followed). A folder inside a source folder is
+    allowed: only that folder is ever replaced."""
+    if out.exists() and not out.is_dir():
+        raise ConvragError(f"{out}: --out names an existing file, not a folder")
+    target = out.resolve()
+    blocking = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise ConvragError(f"{out}: cannot create it, {blocking} is a file, not a folder")
+    for path in _local_sources(source):
+        if path == target or target in path.parents:
+            relation = "is" if path == target else "contains"
+            raise ConvragError(f"{out}: --out {relation} the source {path}; write the build somewhere else")
+    return target
+
+
+def _check_replace(out: Path, target: Path, overwrite: bool, is_build: Callable[[Path], bool]) -> None:
+    """Replace a non-empty ``target`` only with ``overwrite``, and only a previous ``convrag build``."""
+    if not (target.is_dir() and any(target.iterdir())):
+        return
+    if not overwrite:
+        raise ConvragError(f"{out} exists and is not empty (use overwrite / --overwrite)")
+    if not is_build(target):
+        raise ConvragError(
+            f"{out} is not empty and not a folder written by `convrag build` (no README.md with a convrag block): "
+            "not replacing it; remove it yourself or choose another --out"
+        )
+
+
+@contextmanager
+def replacing(out: Path, target: Path, overwrite: bool, is_build: Callable[[Path], bool]) -> Iterator[Path]:
+    """Yield a fresh folder beside ``target``; on success it replaces ``target``, on any error or interrupt it
+    is removed and ``target`` (and its parents) are left as they were. A non-empty ``target`` is replaced only
+    with ``overwrite`` and only if ``is_build(target)``."""
+    created = [p for p in (target.parent, *target.parent.parents) if not p.exists()]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with locked(target):
+            _clean_leftovers(target)
+            _check_replace(out, target, overwrite, is_build)
+            work = _work_path(target, "convrag-tmp")
+            work.mkdir()
+            try:
+                if target.exists():
+                    work.chmod(target.stat().st_mode & 0o7777)
+                yield work
+                _swap(work, target)
+            except BaseException:
+                shutil.rmtree(work, ignore_errors=True)
+                raise
+    except BaseException:
+        for folder in created:  # deepest first; only the ones this build created, if still empty
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
+
+
+def _work_path(target: Path, tag: str) -> Path:
+    return target.parent / f".{target.name}.{tag}-{secrets.token_hex(4)}"
+
+
+def _swap(work: Path, target: Path) -> None:
+    """Put the complete build ``work`` at ``target``; the previous ``target`` is deleted only afterwards."""
+    if not target.exists():
+        os.rename(work, target)
+        return
+    old = _work_path(target, "convrag-old")
+    os.rename(target, old)
+    try:
+        os.rename(work, target)
+    except BaseException:
+        os.rename(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+@contextmanager
+def locked(target: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``.<name>.convrag-lock`` beside ``target`` (one build at a time per folder;
+    the kernel releases it when a build dies, so leftovers found while holding it are stale)."""
+    import fcntl
+
+    lock = target.parent / f".{target.name}.convrag-lock"
+    busy = ConvragError(f"{target}: another `convrag build` is writing this folder")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            same = os.stat(lock).st_ino == os.fstat(fd).st_ino  # not unlinked by a build that just finished
+        except (BlockingIOError, FileNotFoundError):
+            raise busy from None
+        if not same:
+            raise busy
+        try:
+            yield
+        finally:
+            with suppress(FileNotFoundError):
+                os.unlink(lock)
+    finally:
+        os.close(fd)
+
+
+def _clean_leftovers(target: Path) -> None:
+    """Remove the work folders of killed builds into ``target``; a previous build moved aside by a build
+    killed mid-swap is put back if ``target`` is missing."""
+    for entry in sorted(target.parent.glob(f".{glob.escape(target.name)}.convrag-*")):
+        tag = entry.name[len(target.name) + 2 :].rsplit("-", 1)[0]
+        if tag not in WORK_TAGS or not entry.is_dir() or entry.is_symlink():
+            continue
+        if tag == "convrag-old" and not target.exists():
+            os.rename(entry, target)
+        else:
+            shutil.rmtree(entry)
