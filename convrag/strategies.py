@@ -331,7 +331,8 @@ def format_queries(
     if failures and on_failure == "error":
         first = next(iter(failures.items()))
         raise RewriteError(f"query rewrite failed for {len(failures)} of {len(pending)} turns "
-                           f"(first: {first[0]}: {first[1]}); pass on_failure='baseline' to fall back")  # fmt: skip
+                           f"(first: {first[0]}: {first[1]}); to use the plain query for them, pass "
+                           "on_failure='baseline' (convrag evaluate --rewrite-fallback)")  # fmt: skip
     texts = {t.qid: done.get(t.qid) or (baseline_text(t) if strategy.name != "dialogue+rewrite" else dialogue_text(t))
              for t in items}  # fmt: skip
     return FormattedQueries(strategy.name, texts, failures, list(failures), llm_calls=len(pending))
@@ -348,12 +349,17 @@ def _signals(value: Any) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
-def recor_turns(queries: Iterable[Mapping[str, Any]],
-                conversations: Iterable[Mapping[str, Any]] | None = None) -> list[Turn]:
+Where = Callable[[int], tuple[str, int | None]]
+
+
+def recor_turns(queries: Iterable[Mapping[str, Any]], conversations: Iterable[Mapping[str, Any]] | None = None,
+                where: Where | None = None) -> list[Turn]:
     """Turns from RECOR ``queries`` rows (``_id``, ``text``, ``domain``, ``conversation_id``, ``turn``,
     ``history``, ``reasoning``), with reasoning metadata joined from ``conversations`` rows by
     (conversation id, turn). A query whose conversation turn is missing raises ``DataError`` when
-    conversations are given; without them, turns carry no metadata."""
+    conversations are given; without them, turns carry no metadata. ``where(n)`` names the file and line of
+    the n-th query row in errors (default: ``queries:<n>``)."""
+    where = where or (lambda line: ("queries", line))
     meta: dict[tuple[str, int], ReasoningMetadata] = {}
     if conversations is not None:
         for conv in conversations:
@@ -365,10 +371,10 @@ def recor_turns(queries: Iterable[Mapping[str, Any]],
     for line, row in enumerate(queries, start=1):
         missing = [k for k in ("_id", "text", "conversation_id", "turn") if k not in row]
         if missing:
-            raise DataError(f"RECOR query row lacks {missing}", "queries", line)
+            raise DataError(f"RECOR query row lacks {missing}", *where(line))
         key = (str(row["conversation_id"]), int(row["turn"]))
         if conversations is not None and key not in meta:
-            raise DataError(f"query {row['_id']!r}: conversation {key[0]!r} has no turn {key[1]}", "queries", line)
+            raise DataError(f"query {row['_id']!r}: conversation {key[0]!r} has no turn {key[1]}", *where(line))
         turns.append(Turn(
             qid=str(row["_id"]), query=str(row["text"]), history_text=str(row.get("history") or ""),
             reasoning=str(row.get("reasoning") or ""), metadata=meta.get(key), position=key[1],
@@ -376,15 +382,17 @@ def recor_turns(queries: Iterable[Mapping[str, Any]],
     return turns
 
 
-def mtrag_turns(tasks: Iterable[Mapping[str, Any]]) -> list[Turn]:
+def mtrag_turns(tasks: Iterable[Mapping[str, Any]], where: Where | None = None) -> list[Turn]:
     """Turns from MTRAG ``tasks`` rows: ``input`` (list of {speaker, text}) ends with the current user
     question (``question`` when present); earlier messages are the history (speaker ``agent`` ->
-    assistant). MTRAG has no retrieval reasoning, so ``reasoning`` strategies equal their base ones."""
+    assistant). MTRAG has no retrieval reasoning, so ``reasoning`` strategies equal their base ones.
+    ``where(n)`` names the file and line of the n-th row in errors (default: ``tasks:<n>``)."""
+    where = where or (lambda line: ("tasks", line))
     turns = []
     for line, row in enumerate(tasks, start=1):
         messages = [(str(m["speaker"]), str(m["text"])) for m in row.get("input") or []]
         if not messages or messages[-1][0] != "user":
-            raise DataError(f"task {row.get('task_id')!r}: input must end with a user message", "tasks", line)
+            raise DataError(f"task {row.get('task_id')!r}: input must end with a user message", *where(line))
         question = str(row.get("question") or messages[-1][1])
         history = tuple(("assistant" if s == "agent" else s, t) for s, t in messages[:-1])
         turns.append(Turn(qid=str(row["task_id"]), query=question, history=history,

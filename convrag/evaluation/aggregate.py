@@ -20,8 +20,7 @@ from convrag.evaluation.stats import bootstrap_ci, paired_test
 
 def system_name(scored: Scored, system: str, strategy: str) -> str:
     """``system`` for a benchmark with one strategy (and for external runs), else ``system|strategy``."""
-    single = len(scored.strategies) == 1 and len(scored.profile.strategies) == 1
-    return system if single or strategy in ("run", "submission") else f"{system}|{strategy}"
+    return scored.display_name(system, strategy)
 
 
 def _group_key(value: str) -> tuple[int, float, str]:
@@ -143,4 +142,6 @@ def aggregate(scored: Scored, n_bootstrap: int = 1000, confidence: float = 0.95,
     results["rewrites"] = scored.info["rewrites"]
     results["strategy_specs"] = scored.info["strategy_specs"]
     results["search"] = scored.info["search"]
+    results["llm"] = scored.info.get("llm")
+    results["coverage"] = scored.coverage
     return results

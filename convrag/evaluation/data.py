@@ -12,20 +12,21 @@ import glob
 import hashlib
 import os
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow.parquet as pq
-from huggingface_hub import DatasetCard
 
 from convrag.errors import ConvragError, DataError
 from convrag.evaluation.profile import EvaluationProfile
+from convrag.manifest import read_card
 from convrag.strategies import Turn, mtrag_turns, recor_turns
 
 SPLIT_PREFERENCE = ("test", "validation", "dev", "train")
 ALL = "all"
+T = TypeVar("T")
 
 
 class Folder:
@@ -33,18 +34,20 @@ class Folder:
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
-        readme = self.path / "README.md"
-        if not readme.exists():
-            raise ConvragError(f"{readme} not found: is {path} a folder written by `convrag build`?")
-        data = DatasetCard.load(str(readme)).data.to_dict()
+        self.readme, data = read_card(self.path)
         self.files: dict[str, dict[str, list[str]]] = {}
+        self.patterns: dict[tuple[str, str], list[str]] = {}
+        self._sizes: dict[tuple[str, str], list[tuple[str, int]]] = {}
         for entry in data.get("configs") or []:
-            splits: dict[str, list[str]] = {}
-            for item in entry.get("data_files") or []:
-                patterns = item["path"] if isinstance(item["path"], list) else [item["path"]]
-                found = sorted(f for p in patterns for f in glob.glob(str(self.path / p)))
-                splits[item["split"]] = found
-            self.files[entry["config_name"]] = splits
+            try:
+                splits: dict[str, list[str]] = {}
+                for item in entry.get("data_files") or []:
+                    patterns = item["path"] if isinstance(item["path"], list) else [item["path"]]
+                    splits[item["split"]] = sorted(f for p in patterns for f in glob.glob(str(self.path / p)))
+                    self.patterns[(entry["config_name"], item["split"])] = patterns
+                self.files[entry["config_name"]] = splits
+            except (AttributeError, KeyError, TypeError):
+                raise DataError(f"malformed 'configs' entry {entry!r}", str(self.readme)) from None
 
     def has(self, config: str) -> bool:
         return config in self.files
@@ -53,21 +56,48 @@ class Folder:
         return list(self.files.get(config, {}))
 
     def rows(self, config: str, split: str) -> list[dict[str, Any]]:
-        """Every row of ``config`` / ``split`` as dicts, in file order."""
+        """Every row of ``config`` / ``split`` as dicts, in file order (re-read from disk on every call)."""
         if config not in self.files:
             raise DataError(f"config {config!r} was not built (has {sorted(self.files)})", str(self.path))
         if split not in self.files[config]:
             raise DataError(f"config {config!r} has no split {split!r} (has {self.splits(config)})", str(self.path))
         paths = self.files[config][split]
         if not paths:
-            raise DataError(f"config {config!r} split {split!r}: its data files are missing", str(self.path))
+            wanted = ", ".join(self.patterns.get((config, split), []))
+            raise DataError(f"config {config!r} split {split!r}: no data file matches {wanted} (deleted?)",
+                            str(self.path))  # fmt: skip
         out: list[dict[str, Any]] = []
+        sizes = []
         for path in paths:
             try:
-                out += pq.read_table(path).to_pylist()
+                table = pq.read_table(path).to_pylist()
             except Exception as err:  # pyarrow raises several types for unreadable files
                 raise DataError(f"cannot read Parquet file: {err}", path) from None
+            out += table
+            sizes.append((path, len(table)))
+        self._sizes[(config, split)] = sizes
         return out
+
+    def locate(self, config: str, split: str, index: int) -> tuple[str, int | None]:
+        """(Parquet file, 1-based row in it) of the ``index``-th row (1-based) of the last :meth:`rows` read."""
+        for path, n in self._sizes.get((config, split), []):
+            if index <= n:
+                return path, index
+            index -= n
+        return f"{self.path}/{config}", None
+
+    def checked_rows(self, config: str, split: str, columns: Mapping[str, type | tuple[type, ...]]) -> list[dict]:
+        """:meth:`rows`, with every value of ``columns`` checked against its type (``DataError`` at file:row)."""
+        rows = self.rows(config, split)
+        for index, row in enumerate(rows, start=1):
+            for column, kind in columns.items():
+                value = row.get(column)
+                if not isinstance(value, kind) or isinstance(value, bool):
+                    what = "has no column" if column not in row else "has a wrong value in column"
+                    names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+                    raise DataError(f"row {what} {column!r} (needs {names}, got {value!r})",
+                                    *self.locate(config, split, index))  # fmt: skip
+        return rows
 
 
 @dataclass
@@ -132,29 +162,45 @@ def _choose_split(folder: Folder, profile: EvaluationProfile, subset: str, split
 
 def read_turns(folder: Folder, profile: EvaluationProfile, subset: str, split: str) -> list[Turn]:
     """Turns of one subset, by the profile's reader (see :class:`EvaluationProfile`)."""
-    where = str(folder.path)
+    config = _name(profile.turns, subset)
     if profile.reader == "recor":
         from convrag.evaluation.recor import aspect_count
 
-        conversations = folder.rows(_name(profile.conversations or "", subset), split)
+        conv_config = _name(profile.conversations or "", subset)
+        conversations = folder.checked_rows(conv_config, split, {"conversation_id": (str, int), "turns": list})
         aspects = {str(c["conversation_id"]): aspect_count(c) for c in conversations}
-        turns = [Turn(**{**t.__dict__, "fields": {"aspects": aspects.get(t.conversation_id)}})
-                 for t in recor_turns(folder.rows(_name(profile.turns, subset), split), conversations)]  # fmt: skip
+        queries = folder.checked_rows(config, split, {"_id": str, "text": str, "turn": int})
+        located = _guarded(folder, conv_config, split, lambda: recor_turns(
+            queries, conversations, where=lambda line: folder.locate(config, split, line)))  # fmt: skip
+        turns = [Turn(**{**t.__dict__, "fields": {"aspects": aspects.get(t.conversation_id)}}) for t in located]
     elif profile.reader == "views":
         turns = _view_turns(folder, profile, subset, split)
     elif profile.reader == "queries":
-        turns = [_query_turn(row, line, where) for line, row in enumerate(
-            folder.rows(_name(profile.turns, subset), split), start=1)]  # fmt: skip
+        rows = folder.rows(config, split)
+        turns = [_guarded(folder, config, split, lambda r=row, i=line: _query_turn(r, *folder.locate(config, split, i)))
+                 for line, row in enumerate(rows, start=1)]  # fmt: skip
     else:
         raise ConvragError(f"unknown turn reader {profile.reader!r}")
     turns = [Turn(**{**t.__dict__, "domain": subset}) for t in turns]
     dupes = [q for q, n in Counter(t.qid for t in turns).items() if n > 1]
     if dupes:
-        raise DataError(f"duplicate query ids {dupes[:5]}", f"{where}/{_name(profile.turns, subset)}")
+        raise DataError(f"duplicate query ids {dupes[:5]}", f"{folder.path}/{config}")
     return turns
 
 
-def _query_turn(row: Mapping[str, Any], line: int, where: str) -> Turn:
+def _guarded(folder: Folder, config: str, split: str, read: Callable[[], T]) -> T:
+    """``read()``, with a value of an unexpected type or shape reported as one ``DataError`` naming the config's
+    files instead of a traceback (``DataError`` itself passes through)."""
+    try:
+        return read()
+    except DataError:
+        raise
+    except (AttributeError, KeyError, TypeError, ValueError) as err:
+        files = ", ".join(folder.files.get(config, {}).get(split, [])) or f"{folder.path}/{config}"
+        raise DataError(f"unexpected content ({type(err).__name__}: {err})", files) from None
+
+
+def _query_turn(row: Mapping[str, Any], where: str, line: int | None) -> Turn:
     """Generic reader: ``_id``, ``text``; ``history`` as a string or a list of ``{role, content}``."""
     if not isinstance(row.get("_id"), str) or not isinstance(row.get("text"), str) or not row["text"].strip():
         raise DataError("query row needs a string '_id' and a non-empty 'text'", where, line)
@@ -181,7 +227,7 @@ def _view_turns(folder: Folder, profile: EvaluationProfile, subset: str, split: 
     labels: dict[str, dict[str, Any]] = {}
     order: list[str] = []
     for view, config in views.items():
-        rows = folder.rows(config, split)
+        rows = folder.checked_rows(config, split, {"_id": str, "text": str})
         texts[view] = {r["_id"]: r["text"] for r in rows}
         for r in rows:
             labels.setdefault(r["_id"], {k: v for k, v in r.items() if k not in ("_id", "text")})
@@ -189,7 +235,9 @@ def _view_turns(folder: Folder, profile: EvaluationProfile, subset: str, split: 
     history: dict[str, Turn] = {}
     tasks = _name(profile.turns, subset)
     if folder.has(tasks):
-        history = {t.qid: t for t in mtrag_turns(folder.rows(tasks, split))}
+        rows = folder.checked_rows(tasks, split, {"task_id": str, "input": list})
+        history = {t.qid: t for t in _guarded(folder, tasks, split, lambda: mtrag_turns(
+            rows, where=lambda line: folder.locate(tasks, split, line)))}  # fmt: skip
     turns = []
     for qid in order:
         fields = {**labels[qid], **{v: texts[v].get(qid) for v in views}}
@@ -201,23 +249,22 @@ def _view_turns(folder: Folder, profile: EvaluationProfile, subset: str, split: 
     return turns
 
 
-def _qrels(rows: Sequence[Mapping[str, Any]], qids: set[str], doc_ids: set[str], where: str,
-           unknown_docs: str) -> tuple[dict[str, dict[str, int]], int]:
-    """{query: {doc: grade}}; unknown queries and duplicate pairs are errors; unknown documents are an error
-    (``unknown_docs="error"``) or kept and counted (``"count"``: relevant but unretrievable)."""
+def _qrels(folder: Folder, config: str, split: str, qids: set[str],
+           doc_ids: set[str]) -> tuple[dict[str, dict[str, int]], int]:
+    """{query: {doc: grade}}; unknown queries, duplicate pairs and wrong types are errors naming the Parquet file
+    and row; unknown documents are kept and counted (relevant but unretrievable)."""
     qrels: dict[str, dict[str, int]] = {}
     missing = 0
+    rows = folder.checked_rows(config, split, {"query-id": str, "corpus-id": str, "score": int})
     for line, row in enumerate(rows, start=1):
-        qid, did = str(row["query-id"]), str(row["corpus-id"])
+        qid, did = row["query-id"], row["corpus-id"]
         if qid not in qids:
-            raise DataError(f"qrels row names unknown query {qid!r}", where, line)
+            raise DataError(f"qrels row names unknown query {qid!r}", *folder.locate(config, split, line))
         if did not in doc_ids:
-            if unknown_docs == "error":
-                raise DataError(f"qrels row names unknown document {did!r}", where, line)
             missing += 1
         if did in qrels.setdefault(qid, {}):
-            raise DataError(f"duplicate qrels pair ({qid}, {did})", where, line)
-        qrels[qid][did] = int(row["score"])
+            raise DataError(f"duplicate qrels pair ({qid}, {did})", *folder.locate(config, split, line))
+        qrels[qid][did] = row["score"]
     return qrels, missing
 
 
@@ -244,20 +291,22 @@ def load_benchmark(folder_path: str | os.PathLike, profile: EvaluationProfile, s
                             "was not built", str(folder.path))  # fmt: skip
         config = _name(profile.corpus[kinds[0]], s)
         corpus_split = chosen_split if chosen_split in folder.splits(config) else folder.splits(config)[0]
-        rows = folder.rows(config, corpus_split)
+        rows = folder.checked_rows(config, corpus_split, {"_id": str, "text": str})
         dupes = [k for k, n in Counter(r["_id"] for r in rows).items() if n > 1]
         if dupes:
             raise DataError(f"duplicate corpus ids {dupes[:5]}", f"{folder.path}/{config}")
         turns = read_turns(folder, profile, s, chosen_split)
         qrels_config = _name(profile.qrels, s)
-        qrels, missing = _qrels(folder.rows(qrels_config, chosen_split), {t.qid for t in turns},
-                                {r["_id"] for r in rows}, f"{folder.path}/{qrels_config}",
-                                "count")  # fmt: skip
+        qrels, missing = _qrels(folder, qrels_config, chosen_split, {t.qid for t in turns}, {r["_id"] for r in rows})
         data.turns += turns
         data.corpus[s], data.corpus_kind[s], data.qrels[s], data.missing_docs[s] = rows, kinds[0], qrels, missing
     dupes = [q for q, n in Counter(t.qid for t in data.turns).items() if n > 1]
     if dupes:
         raise DataError(f"query ids shared by several subsets: {dupes[:5]}", str(folder.path))
+    if not any(v > 0 for qrels in data.qrels.values() for rels in qrels.values() for v in rels.values()):
+        configs = ", ".join(_name(profile.qrels, s) for s in subsets)
+        raise DataError(f"no qrels row of split {chosen_split!r} marks a relevant document (configs {configs}): "
+                        "nothing to score", str(folder.path))  # fmt: skip
     if search == "pool":
         data.pools = _pools(folder, profile, data)
     return data
@@ -268,16 +317,20 @@ def _pools(folder: Folder, profile: EvaluationProfile, data: BenchmarkData) -> d
     pools: dict[str, list[str]] = {}
     if kind == "field":
         for t in data.turns:
-            if name not in t.fields:
-                raise DataError(f"query {t.qid!r} has no pool field {name!r}", str(folder.path))
-            pools[t.qid] = [str(d) for d in t.fields[name]]
+            value = t.fields.get(name)
+            if not isinstance(value, list) or not all(isinstance(d, str) for d in value):
+                raise DataError(f"query {t.qid!r}: pool field {name!r} must be a list of document ids, got {value!r}",
+                                f"{folder.path}/{_name(profile.turns, t.domain)}")  # fmt: skip
+            pools[t.qid] = value
     elif kind == "config":
         for s in data.subsets:
             config = _name(name, s)
-            for line, row in enumerate(folder.rows(config, data.split), start=1):
+            for line, row in enumerate(folder.checked_rows(config, data.split, {"query-id": str, "corpus-ids": list}),
+                                       start=1):  # fmt: skip
                 if row["query-id"] in pools:
-                    raise DataError(f"duplicate pool for query {row['query-id']!r}", f"{folder.path}/{config}", line)
-                pools[str(row["query-id"])] = [str(d) for d in row["corpus-ids"]]
+                    raise DataError(f"duplicate pool for query {row['query-id']!r}", *folder.locate(config, data.split,
+                                                                                                   line))  # fmt: skip
+                pools[row["query-id"]] = [str(d) for d in row["corpus-ids"]]
     else:
         raise ConvragError(f"pool must be 'field:NAME' or 'config:NAME', got {profile.pool!r}")
     missing = [t.qid for t in data.turns if t.qid not in pools]

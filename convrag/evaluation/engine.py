@@ -9,18 +9,28 @@ Per-turn scores follow ``convrag.metrics.retrieval`` (trec_eval semantics). A tu
 relevant document at all is left out and listed; a turn without a relevant document is excluded by the
 metric and listed. Runs keep the best ``profile.top_k`` documents (all of the pool when ``None``), and never
 fewer than the deepest cut-off asked for (``Recall@1000`` gets 1000 documents).
+
+External runs and submissions (:class:`External`) are checked against the benchmark before any retriever
+runs (:func:`check_external`): an empty run, unknown query ids, a query given twice (two spellings of an MTRAG
+task id), a document of another subset's corpus, a document outside the query's pool (``search=pool``) and,
+over a complete corpus, an unknown document are errors naming the file and line. Over a corpus that is only
+part of the collection (MTRAG's ``cited`` passages), unknown documents count as not relevant, as the official
+scorers do, and are counted.
+Coverage (queries ranked of the split's queries; missing ones score 0 in every mean, trec_eval's ``-c``) is
+recorded for every system (:func:`coverage`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from convrag.errors import ConvragError, DataError
 from convrag.evaluation.data import BenchmarkData, load_benchmark
 from convrag.evaluation.profile import EvaluationProfile
+from convrag.llm.spec import PLACEHOLDER_MODEL, is_placeholder
 from convrag.metrics.retrieval.compute import score_run
 from convrag.retrievers import get_retriever
 from convrag.strategies import format_queries, get_strategy
@@ -43,6 +53,12 @@ class Scored:
     seconds: dict[str, float] = field(default_factory=dict)
     excluded: dict[str, list[str]] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    coverage: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def display_name(self, system: str, strategy: str) -> str:
+        """``system`` for a benchmark with one strategy (and for external runs), else ``system|strategy``."""
+        single = len(self.strategies) == 1 and len(self.profile.strategies) == 1
+        return system if single or strategy in ("run", "submission") else f"{system}|{strategy}"
 
     def turn_info(self) -> dict[str, dict[str, Any]]:
         """Query id -> {domain, conversation_id, turn, and every label field of the turn}."""
@@ -94,9 +110,20 @@ def _judged(qrels: Mapping[str, Mapping[str, int]], qids: Sequence[str]) -> bool
     return any(v > 0 for q in qids for v in qrels.get(q, {}).values())
 
 
+def coverage(data: BenchmarkData, runs: Mapping[str, Run], examples: int = 5) -> dict[str, Any]:
+    """How many of the split's queries a system ranked: ``queries``, ``ranked``, ``missing`` (no or an empty
+    ranking), ``missing_judged`` (missing queries with a relevant document: they score 0) and example ids."""
+    judged = {q for rels in data.qrels.values() for q, r in rels.items() if any(v > 0 for v in r.values())}
+    missing = [t.qid for t in data.turns if not runs.get(t.domain, {}).get(t.qid)]
+    return {"queries": len(data.turns), "ranked": len(data.turns) - len(missing), "missing": len(missing),
+            "missing_judged": sum(1 for q in missing if q in judged),
+            "missing_examples": missing[:examples]}  # fmt: skip
+
+
 def score_runs(scored: Scored, system: str, strategy: str, runs: Mapping[str, Run]) -> None:
-    """Score one system's runs ({subset: run}) into ``scored.per_turn[system][strategy]``."""
+    """Score one system's runs ({subset: run}) into ``scored.per_turn[system][strategy]``; record its coverage."""
     data = scored.data
+    scored.coverage[scored.display_name(system, strategy)] = coverage(data, runs)
     per_query = scored.per_turn.setdefault(system, {}).setdefault(strategy, {})
     for s in data.subsets:
         qids = [t.qid for t in data.subset_turns(s)]
@@ -109,26 +136,94 @@ def score_runs(scored: Scored, system: str, strategy: str, runs: Mapping[str, Ru
     scored.runs[(system, strategy)] = dict(runs)
 
 
-def check_external_run(run: Mapping[str, Mapping[str, float]], data: BenchmarkData, name: str,
-                       normalize: Any = None) -> dict[str, Run]:
-    """Split an external run by subset; unknown query or document ids are a ``DataError`` naming the run."""
+@dataclass
+class External:
+    """A run or submission given on the command line: its ranking per query id as written in the file, where it
+    came from, and how to find the file line of a query (``locate(qid, doc)``; ``None`` when unknown)."""
+
+    name: str
+    kind: str  # "run" or "submission"
+    source: str
+    run: Mapping[str, Mapping[str, float]]
+    locate: Callable[[str, str | None], int | None] = lambda qid, doc: None
+    warnings: list[str] = field(default_factory=list)
+
+    def error(self, message: str, qid: str, doc: str | None = None) -> DataError:
+        return DataError(message, self.source, self.locate(qid, doc))
+
+
+def check_external(ext: External, data: BenchmarkData, complete: Mapping[str, bool],
+                   normalize: Callable[[str], str] | None = None) -> dict[str, Run]:
+    """Split ``ext`` by subset after the checks of the module docstring; ``complete[subset]``: whether the
+    evaluated corpus is the whole collection (unknown documents are then errors, else counted)."""
+    if not ext.run:
+        raise DataError(f"the {ext.kind} ranks no query: nothing to score", ext.source)
     subset_of = {t.qid: t.domain for t in data.turns}
     doc_ids = {s: {r["_id"] for r in rows} for s, rows in data.corpus.items()}
+    pools = {q: set(p) for q, p in data.pools.items()} if data.pools is not None else None
     out: dict[str, Run] = {s: {} for s in data.subsets}
-    for qid, ranking in run.items():
-        key = normalize(qid) if normalize else qid
+    unknown: list[tuple[str, str]] = []
+    for qid, ranking in ext.run.items():
+        try:
+            key = normalize(qid) if normalize else qid
+        except DataError:
+            key = qid
         if key not in subset_of:
-            raise DataError(f"run has unknown query id {qid!r}", name)
+            raise ext.error(f"unknown query id {qid!r} (not a query of split {data.split!r})", qid)
         s = subset_of[key]
-        # ids qualified as <subset>:<id> (how runs over several subsets are written) map back to the subset's ids
-        local = {(d[len(s) + 1:] if s and d.startswith(f"{s}:") and d not in doc_ids[s] else d): v
-                 for d, v in ranking.items()}  # fmt: skip
-        unknown = [d for d in local if d not in doc_ids[s]]
-        if unknown:
-            raise DataError(f"run for query {qid!r} has unknown doc ids {unknown[:5]} (not in the evaluated "
-                            f"{data.corpus_kind[s]!r} corpus)", name)  # fmt: skip
+        if key in out[s]:
+            raise ext.error(f"query {key!r} appears twice (ids {qid!r} and another spelling of it)", qid)
+        local: Run = {}
+        missing: list[str] = []
+        for doc, value in ranking.items():
+            # ids qualified as <subset>:<id> (how runs over several subsets are written) map back to the subset's
+            d = doc[len(s) + 1:] if s and doc.startswith(f"{s}:") and doc not in doc_ids[s] else doc
+            if d not in doc_ids[s]:
+                other = next((o for o in data.subsets if o != s and d in doc_ids[o]), None)
+                if other is not None:
+                    raise ext.error(f"document {doc!r} is in the {other!r} corpus, but query {qid!r} is a {s!r} "
+                                    "query", qid, doc)  # fmt: skip
+                missing.append(doc)
+            elif pools is not None and d not in pools[key]:
+                raise ext.error(f"document {doc!r} is not in the candidate pool of query {qid!r} (the benchmark is "
+                                "evaluated with --search pool: rank each query's own pool)", qid, doc)  # fmt: skip
+            local[d] = value
+        if missing and complete.get(s, True):
+            raise ext.error(f"query {qid!r} has unknown doc ids {missing[:5]} (not in the evaluated "
+                            f"{data.corpus_kind[s]!r} corpus)", qid, missing[0])  # fmt: skip
+        unknown += [(qid, doc) for doc in missing]
         out[s][key] = local
+    if unknown:
+        kinds = sorted({data.corpus_kind[s] for s in data.subsets})
+        ext.warnings.append(f"{len(unknown)} ranked documents of {len({q for q, _ in unknown})} queries are not in "
+                            f"the evaluated corpus ({', '.join(kinds)}: part of the collection); they count as not "
+                            f"relevant. E.g. {', '.join(f'{q} {d}' for q, d in unknown[:3])}")  # fmt: skip
     return out
+
+
+def placeholder_llm(spec: str) -> str | None:
+    """What a model that only shows the plumbing is (the embedded SmolLM2-135M, see
+    ``convrag.llm.is_placeholder``; the fake echo backend), or None for a real model."""
+    if is_placeholder(spec):
+        return f"the embedded {PLACEHOLDER_MODEL} placeholder"
+    if spec.split(";")[0].strip().partition(":")[0].strip().lower() == "fake":
+        return "the fake echo backend"
+    return None
+
+
+def llm_note(spec: str, strategies: Sequence[str]) -> dict[str, Any]:
+    """The LLM of the LLM-based strategies, whether it is a placeholder, and the one-line note every table
+    carries (a warning with what to do for a placeholder)."""
+    placeholder = placeholder_llm(spec)
+    names = ("query strategies " if len(strategies) > 1 else "query strategy ") + ", ".join(strategies)
+    uses = "use" if len(strategies) > 1 else "uses"
+    if placeholder is None:
+        note = f"The {names} {uses} the LLM `{spec}`."
+    else:
+        note = (f"WARNING: the {names} {uses} the LLM `{spec}` ({placeholder}): these figures only show the "
+                "plumbing, they measure nothing. Point --llm at a real model, e.g. --llm "
+                "openai:MODEL@http://HOST:8000/v1 or --llm hf:PATH (or set CONVRAG_LLM).")  # fmt: skip
+    return {"spec": spec, "strategies": list(strategies), "placeholder": placeholder, "note": note}
 
 
 def run_benchmark(
@@ -140,14 +235,17 @@ def run_benchmark(
     split: str | None = None,
     corpus: str = "auto",
     search: str | None = None,
-    llm: Any = "default",
+    llm: Any = None,
     on_rewrite_failure: str = "error",
     retriever_options: Mapping[str, Mapping[str, Any]] | None = None,
     top_k: int | None = None,
     progress: bool = True,
+    data: BenchmarkData | None = None,
 ) -> Scored:
-    """Load ``folder``, format every strategy's texts, run every retriever per subset and score every turn."""
-    data = load_benchmark(folder, profile, split=split, corpus=corpus, search=search)
+    """Load ``folder`` (unless ``data`` is given), format every strategy's texts, run every retriever per subset
+    and score every turn. ``llm``: an LLM or spec (``None``: ``$CONVRAG_LLM``, else the embedded default)."""
+    if data is None:
+        data = load_benchmark(folder, profile, split=split, corpus=corpus, search=search)
     chosen = resolve_strategies(profile, data, strategies)
     specs = list(profile.retrievers if retrievers is None else retrievers)
     profile.check_measures(list(measures or profile.measures))
@@ -165,6 +263,7 @@ def run_benchmark(
             rewrite[name] = {"llm": model.spec, **formatted.to_dict()}
     scored.info = {
         "rewrite": next(reversed(rewrite.values())) if rewrite else None, "rewrites": rewrite, "strategy_specs": chosen,
+        "llm": llm_note(model.spec, list(rewrite)) if model is not None else None,
         "strategy_layouts": {n: (get_strategy(s).fn.__doc__ or "").strip().splitlines()[0] for n, s in chosen.items()},
         "search": "pool" if data.pools is not None else "corpus",
         "top_k": profile.top_k if top_k is None else top_k,
@@ -195,12 +294,14 @@ def run_benchmark(
     return scored
 
 
-def add_external(scored: Scored, name: str, strategy: str, runs: Mapping[str, Run]) -> None:
-    """Score an external run ({subset: run}) as system ``name`` under ``strategy`` (e.g. ``run``)."""
-    if name in scored.configs:
-        raise ConvragError(f"external run name {name!r} is already used by a retriever or another run")
-    score_runs(scored, name, strategy, runs)
-    scored.configs[name] = {"type": f"external {strategy}"}
+def add_external(scored: Scored, ext: External, runs: Mapping[str, Run]) -> None:
+    """Score a checked external run ({subset: run}) as system ``ext.name``; its file and warnings go with its
+    coverage."""
+    if ext.name in scored.configs:
+        raise ConvragError(f"external run name {ext.name!r} is already used by a retriever or another run")
+    score_runs(scored, ext.name, ext.kind, runs)
+    scored.configs[ext.name] = {"type": f"external {ext.kind}", "source": ext.source}
+    scored.coverage[ext.name].update(source=ext.source, kind=ext.kind, warnings=list(ext.warnings))
 
 
 def merged_run(scored: Scored, system: str, strategy: str) -> Run:

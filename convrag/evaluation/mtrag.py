@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,9 +35,11 @@ from convrag.builders.mtrag_source import COLLECTIONS, DOMAINS, normalize_domain
 from convrag.errors import DataError
 from convrag.jsonl import iter_jsonl
 from convrag.metrics.retrieval.compute import score_run
+from convrag.metrics.retrieval.trec import TrecFormatError, text_lines
 
 K_VALUES = (1, 3, 5, 10)
 MAX_CONTEXTS = 10
+MAX_BYTES = 20 * 2**20  # IBM's format checker reports larger files
 OFFICIAL_DIGITS = 5
 GROUP_FIELDS = ("answerability", "multi_turn", "standalone")
 UNLABELLED = "(unlabelled)"
@@ -155,27 +158,43 @@ class FormatReport:
 
 @dataclass
 class Submission:
-    """A parsed Subtask A submission: runs per domain, with canonical task ids."""
+    """A parsed Subtask A submission: runs per domain, with canonical task ids and the line of each task."""
 
     runs: dict[str, Run]
     task_ids: list[str]
     report: FormatReport
+    lines: dict[str, int] = field(default_factory=dict)
 
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _read_lines(path: str, report: FormatReport) -> list[tuple[int, str]]:
+    """The file's lines; a missing file or folder is a DataError, bytes that are not UTF-8 a format error."""
+    try:
+        return list(text_lines(path))
+    except TrecFormatError as err:
+        if err.line is None:
+            raise DataError(str(err)) from None  # the message names the file
+        report.errors.append(str(err))
+        return []
+
+
 def check_submission(
-    path: str | Path, expected_task_ids: Iterable[str] | None = None, max_contexts: int = MAX_CONTEXTS
+    path: str | Path, expected_task_ids: Iterable[str] | None = None, max_contexts: int = MAX_CONTEXTS,
+    task_domains: Mapping[str, str] | None = None,
 ) -> tuple[FormatReport, Submission]:
     """Apply the official format checks to a submission file; returns the report and what could be read.
 
-    Official checks: valid JSON per line; ``task_id`` and ``Collection`` strings; ``contexts`` a list of at
-    most ``max_contexts`` objects, each with a string ``document_id`` and a numeric ``score``; the task set
-    (and count) equal to the input's. Ours, on top: known collection names, no task submitted twice, no
-    document twice in one task (the scorer would silently keep one), booleans are not scores. Empty
-    ``contexts`` is a warning, as in the official checker.
+    Official checks (IBM's ``format_checker.py``): valid JSON per line; ``task_id`` and ``Collection``
+    strings; ``contexts`` a list of at most ``max_contexts`` objects, each with a string ``document_id`` and a
+    numeric ``score``; the task set (and count) equal to the input's. Ours, on top: UTF-8 text, known
+    collection names, a task filed under its own collection (``task_domains``: canonical task id -> domain), no
+    task submitted twice, no document twice in one task (the scorer would silently keep one), finite scores
+    (booleans and NaN are not scores). Empty ``contexts`` is a warning, as in the official checker; so is what
+    we read and IBM's scripts would not: ``::`` task ids, short collection names, a name not ending in
+    ``.jsonl``, a file over 20 MB (see ``metrics/retrieval/README.md``).
     """
     path = str(path)
     report = FormatReport()
@@ -183,80 +202,103 @@ def check_submission(
     ids: list[str] = []
     first_line: dict[str, int] = {}
     empty: list[int] = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
+    colons: list[int] = []
+    short: list[int] = []
+    expected = [normalize_task_id(t) for t in expected_task_ids] if expected_task_ids is not None else None
+    known = set(expected) if expected is not None else None
+    lines = _read_lines(path, report)
+    if report.errors:  # not UTF-8 text: nothing more to check
+        return report, Submission(runs={}, task_ids=[], report=report)
+    for number, line in lines:
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as err:
+            report.errors.append(f"{where}: invalid JSON: {err.msg}")
+            continue
+        if not isinstance(item, dict):
+            report.errors.append(f"{where}: expected a JSON object")
+            continue
+        bad = [f for f in ("task_id", "Collection", "contexts") if f not in item]
+        report.errors += [f"{where}: missing required field '{f}'" for f in bad]
+        for name, kind in (("task_id", str), ("Collection", str), ("contexts", list)):
+            if name in item and not isinstance(item[name], kind):
+                report.errors.append(f"{where}: '{name}' must be a {'string' if kind is str else 'list'}")
+        if bad or not isinstance(item["task_id"], str) or not isinstance(item["Collection"], str):
+            continue
+        try:
+            tid = normalize_task_id(item["task_id"])
+            domain = normalize_domain(item["Collection"])
+        except DataError as err:
+            report.errors.append(f"{where}: {err}")
+            continue
+        if tid != item["task_id"].strip():
+            colons.append(number)
+        if item["Collection"] not in COLLECTIONS.values():
+            short.append(number)
+        if tid in first_line:
+            report.errors.append(f"{where}: task {tid!r} already submitted on line {first_line[tid]}")
+            continue
+        if known is not None and tid not in known:
+            report.errors.append(f"{where}: task_id {item['task_id']!r} is not in the input")
+        if task_domains is not None and tid in task_domains and task_domains[tid] != domain:
+            report.errors.append(f"{where}: task {tid!r} is filed under collection {item['Collection']!r}, but it "
+                                 f"is a {task_domains[tid]!r} task ({COLLECTIONS.get(task_domains[tid])})")  # fmt: skip
+        first_line[tid] = number
+        ids.append(tid)
+        contexts = item["contexts"] if isinstance(item["contexts"], list) else []
+        if not contexts:
+            empty.append(number)
+        if len(contexts) > max_contexts:
+            report.errors.append(f"{where}: too many contexts ({len(contexts)}); at most {max_contexts}")
+        ranking: dict[str, float] = {}
+        for i, ctx in enumerate(contexts):
+            if not isinstance(ctx, dict):
+                report.errors.append(f"{where}: contexts[{i}] must be an object")
                 continue
-            where = f"{path}:{number}"
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as err:
-                report.errors.append(f"{where}: invalid JSON: {err.msg}")
-                continue
-            if not isinstance(item, dict):
-                report.errors.append(f"{where}: expected a JSON object")
-                continue
-            bad = [f for f in ("task_id", "Collection", "contexts") if f not in item]
-            report.errors += [f"{where}: missing required field '{f}'" for f in bad]
-            for name, kind in (("task_id", str), ("Collection", str), ("contexts", list)):
-                if name in item and not isinstance(item[name], kind):
-                    report.errors.append(f"{where}: '{name}' must be a {'string' if kind is str else 'list'}")
-            if bad or not isinstance(item["task_id"], str) or not isinstance(item["Collection"], str):
-                continue
-            try:
-                tid = normalize_task_id(item["task_id"])
-                domain = normalize_domain(item["Collection"])
-            except DataError as err:
-                report.errors.append(f"{where}: {err}")
-                continue
-            if tid in first_line:
-                report.errors.append(f"{where}: task {tid!r} already submitted on line {first_line[tid]}")
-                continue
-            first_line[tid] = number
-            ids.append(tid)
-            contexts = item["contexts"] if isinstance(item["contexts"], list) else []
-            if not contexts:
-                empty.append(number)
-            if len(contexts) > max_contexts:
-                report.errors.append(f"{where}: too many contexts ({len(contexts)}); at most {max_contexts}")
-            ranking: dict[str, float] = {}
-            for i, ctx in enumerate(contexts):
-                if not isinstance(ctx, dict):
-                    report.errors.append(f"{where}: contexts[{i}] must be an object")
-                    continue
-                doc, score = ctx.get("document_id"), ctx.get("score")
-                if not isinstance(doc, str):
-                    report.errors.append(f"{where}: contexts[{i}] " + ("missing 'document_id'" if doc is None
-                                         else "document_id must be a string"))  # fmt: skip
-                if not _is_number(score):
-                    report.errors.append(f"{where}: contexts[{i}] " + ("missing 'score'" if score is None
-                                         else f"score must be a finite number, got {score!r}"))  # fmt: skip
-                if isinstance(doc, str) and _is_number(score):
-                    if doc in ranking:
-                        report.errors.append(f"{where}: contexts[{i}] repeats document {doc!r}")
-                    ranking[doc] = float(score)
-            runs.setdefault(domain, {})[tid] = ranking
+            doc, score = ctx.get("document_id"), ctx.get("score")
+            if not isinstance(doc, str):
+                report.errors.append(f"{where}: contexts[{i}] " + ("missing 'document_id'" if doc is None
+                                     else "document_id must be a string"))  # fmt: skip
+            if not _is_number(score):
+                report.errors.append(f"{where}: contexts[{i}] " + ("missing 'score'" if score is None
+                                     else f"score must be a finite number, got {score!r}"))  # fmt: skip
+            if isinstance(doc, str) and _is_number(score):
+                if doc in ranking:
+                    report.errors.append(f"{where}: contexts[{i}] repeats document {doc!r}")
+                ranking[doc] = float(score)
+        runs.setdefault(domain, {})[tid] = ranking
     if empty:
         report.warnings.append(f"'contexts' is empty on {len(empty)} line(s): {empty[:20]}")
-    if expected_task_ids is not None:
-        expected = [normalize_task_id(t) for t in expected_task_ids]
+    if colons:
+        report.warnings.append(f"{len(colons)} task id(s) written with '::' (lines {colons[:5]}): read here as '<::>' "
+                               "(the form of IBM's qrels); IBM's scorer would not find them in its qrels")  # fmt: skip
+    if short:
+        report.warnings.append(f"{len(short)} line(s) name the collection by a short name (lines {short[:5]}): IBM's "
+                               "scorer knows only the long names (mt-rag-...-elser-...)")  # fmt: skip
+    if not path.endswith(".jsonl"):
+        report.warnings.append("the file name does not end in .jsonl: IBM's format checker refuses such files")
+    if os.path.isfile(path) and os.path.getsize(path) > MAX_BYTES:
+        report.warnings.append(f"the file is over {MAX_BYTES // 2**20} MB: IBM's format checker reports it")
+    if expected is not None:
         if len(expected) != len(ids):
             report.errors.append(f"{path}: {len(ids)} tasks submitted, the input has {len(expected)}")
-        missing, extra = sorted(set(expected) - set(ids)), sorted(set(ids) - set(expected))
-        report.errors += [f"{path}: missing task_id {t!r}" for t in missing]
-        report.errors += [f"{path}: task_id {t!r} is not in the input" for t in extra]
-    return report, Submission(runs=runs, task_ids=ids, report=report)
+        report.errors += [f"{path}: missing task_id {t!r}" for t in sorted(set(expected) - set(ids))]
+    return report, Submission(runs=runs, task_ids=ids, report=report, lines=first_line)
 
 
 def read_submission(
-    path: str | Path, expected_task_ids: Iterable[str] | None = None, max_contexts: int = MAX_CONTEXTS
+    path: str | Path, expected_task_ids: Iterable[str] | None = None, max_contexts: int = MAX_CONTEXTS,
+    task_domains: Mapping[str, str] | None = None,
 ) -> Submission:
-    """Read a submission, raising DataError (listing up to 20 problems) if any format check fails."""
-    report, submission = check_submission(path, expected_task_ids, max_contexts)
+    """Read a submission; if any format check fails, raise one DataError: the first problem (it names the file
+    and line) and how many more there are (``check_submission`` lists them all)."""
+    report, submission = check_submission(path, expected_task_ids, max_contexts, task_domains)
     if report.errors:
-        shown = "\n  ".join(report.errors[:20])
-        more = f"\n  ... and {len(report.errors) - 20} more" if len(report.errors) > 20 else ""
-        raise DataError(f"{len(report.errors)} format error(s) in the submission:\n  {shown}{more}", str(path))
+        more = len(report.errors) - 1
+        raise DataError(report.errors[0] + (f" (and {more} more format error{'s' * (more > 1)})" if more else ""))
     return submission
 
 

@@ -13,10 +13,10 @@ matches the ``qrels`` pattern (``all`` is never a subset: it merges the others).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
-from convrag.errors import ConvragError
+from convrag.errors import ConvragError, DataError
 
 #: Aggregation rules (see :mod:`convrag.evaluation.aggregate`).
 AGGREGATIONS = ("mean", "domain-macro", "mtrag-official")
@@ -96,16 +96,50 @@ class EvaluationProfile:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EvaluationProfile:
-        """Inverse of :meth:`to_dict`; unknown keys are an error naming them."""
+        """Inverse of :meth:`to_dict`; unknown keys, missing required keys and values of the wrong type are an
+        error naming them."""
+        if not isinstance(data, Mapping):
+            raise ConvragError(f"evaluation profile must be a mapping, got {type(data).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConvragError(f"evaluation profile has unknown keys {unknown}")
+        missing = sorted(f.name for f in fields(cls) if f.name not in data and f.default is MISSING
+                         and f.default_factory is MISSING)  # fmt: skip
+        if missing:
+            raise ConvragError(f"evaluation profile lacks the keys {missing}")
         values = dict(data)
+        for name, value in values.items():
+            _check_field(name, value)
         for name in ("retrievers", "measures", "groups"):
             if name in values and values[name] is not None:
                 values[name] = tuple(values[name])
         return cls(**values)
+
+
+_STRING_LISTS = ("retrievers", "measures", "groups")
+_STRING_MAPS = ("corpus", "views", "strategies", "extra_strategies", "labels")
+_OPTIONAL = ("conversations", "pool", "split", "submission")
+
+
+def _check_field(name: str, value: Any) -> None:
+    """``ConvragError`` when a profile value read from a README has the wrong type."""
+    if name in _STRING_LISTS:
+        ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+        kind = "a list of strings"
+    elif name in _STRING_MAPS:
+        ok = isinstance(value, Mapping) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+        kind = "a mapping of strings to strings"
+    elif name == "scale":
+        ok, kind = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
+    elif name == "top_k":
+        ok, kind = value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0), \
+            "a positive integer or null"
+    else:
+        ok = isinstance(value, str) or (name in _OPTIONAL and value is None)
+        kind = "a string" + (" or null" if name in _OPTIONAL else "")
+    if not ok:
+        raise ConvragError(f"evaluation profile key {name!r} must be {kind}, got {value!r}")
 
 
 def _plain(obj: Any) -> Any:
@@ -116,14 +150,24 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
-def profile_of(manifest: Mapping[str, Any]) -> EvaluationProfile:
+def profile_of(manifest: Mapping[str, Any], source: str | None = None) -> EvaluationProfile:
     """The profile a built folder declares (README ``convrag.evaluation``); folders built before profiles
-    existed fall back to their builder's current ``EVALUATION``."""
+    existed fall back to their builder's current ``EVALUATION``. ``source`` (the README) is named in errors."""
     if manifest.get("evaluation"):
-        return EvaluationProfile.from_dict(manifest["evaluation"])
+        try:
+            return EvaluationProfile.from_dict(manifest["evaluation"])
+        except ConvragError as err:
+            if source is None:
+                raise
+            raise DataError(f"{err} (in convrag.evaluation)", source) from None
     from convrag.builders import get_builder_class
 
-    profile = getattr(get_builder_class(str(manifest.get("benchmark"))), "EVALUATION", None)
+    try:
+        profile = getattr(get_builder_class(str(manifest.get("benchmark"))), "EVALUATION", None)
+    except ConvragError as err:
+        if source is None:
+            raise
+        raise DataError(f"{err} (the README has no convrag.evaluation block to fall back on)", source) from None
     if profile is None:
-        raise ConvragError(f"benchmark {manifest.get('benchmark')!r} declares no evaluation profile")
+        raise DataError(f"benchmark {manifest.get('benchmark')!r} declares no evaluation profile", source)
     return profile

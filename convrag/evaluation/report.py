@@ -1,7 +1,9 @@
 """Rendering and writing evaluation results: the profile's paper-shaped tables, plots, runs and JSON.
 
 ``evaluate_folder`` is what ``convrag evaluate`` calls: profile -> engine -> aggregation -> this module.
-Written files (``out``): ``results.json`` (strict JSON, NaN as null, unrounded), ``results.md`` (the tables),
+Written files (``out``): ``results.json`` (strict JSON, NaN as null, unrounded; ``files`` lists what was
+written, so that a later evaluation into the same folder removes what it does not rewrite), ``results.md``
+(the tables, then every system's coverage),
 ``runs/<system>.trec`` (one strategy) or ``runs/<system>__<strategy>.trec``, official submission files when
 the profile names a submission format, and the report's plots (``turn_position.png`` for RECOR-shaped
 reports, ``per_turn.png`` for MTR-Bench-shaped ones).
@@ -10,15 +12,25 @@ reports, ``per_turn.png`` for MTR-Bench-shaped ones).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from convrag.errors import ConvragError
 from convrag.evaluation.aggregate import aggregate, system_name
-from convrag.evaluation.engine import Scored, add_external, check_external_run, merged_run, run_benchmark
+from convrag.evaluation.data import BenchmarkData, load_benchmark
+from convrag.evaluation.engine import (
+    External,
+    Scored,
+    add_external,
+    check_external,
+    merged_run,
+    run_benchmark,
+)
 from convrag.evaluation.profile import EvaluationProfile
 from convrag.jsonl import json_safe
-from convrag.metrics.retrieval.trec import safe_token, write_run
+from convrag.metrics.retrieval.trec import find_line, read_run, safe_token, write_run
 
 
 def _generic(results: Mapping[str, Any], digits: int) -> str:
@@ -51,55 +63,144 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any], int], str]] = {
 
 
 def render(results: Mapping[str, Any], profile: EvaluationProfile, digits: int = 4) -> str:
-    """Markdown report in the shape the profile names."""
+    """Markdown report in the shape the profile names, then the coverage of every system. With an LLM-based
+    strategy, a line naming the LLM (a warning for a placeholder model) stands before every table."""
     if profile.report not in RENDERERS:
-        from convrag.errors import ConvragError
-
         raise ConvragError(f"unknown report shape {profile.report!r}; known: {', '.join(RENDERERS)}")
-    return RENDERERS[profile.report](results, digits)
+    text = RENDERERS[profile.report](results, digits).rstrip("\n") + "\n\n" + coverage_section(results) + "\n"
+    llm = results.get("llm")
+    return _before_tables(text, llm["note"]) if llm else text
 
 
-def _plots(results: Mapping[str, Any], profile: EvaluationProfile, out: Path) -> list[Path]:
+def _before_tables(text: str, note: str) -> str:
+    """``text`` with ``note`` (and a blank line) inserted before every markdown table."""
+    out: list[str] = []
+    previous = ""
+    for line in text.split("\n"):
+        if line.startswith("|") and not previous.startswith("|"):
+            out += ([""] if previous.strip() else []) + [note, ""]
+        out.append(line)
+        previous = line
+    return "\n".join(out)
+
+
+def coverage_section(results: Mapping[str, Any]) -> str:
+    """Queries ranked by every system of the split's queries, missing ones (with examples) and the warnings of
+    external runs and submissions. Missing queries score 0 (trec_eval -c), except in MTRAG's official rows."""
+    official = "official" in str(results.get("profile", {}).get("aggregation", ""))
+    rule = ("Missing tasks score 0 in our rows (macro, micro, per domain); the official rows average over the tasks "
+            "each system ranked, as the official script does." if official else
+            "Missing queries score 0 in every mean (trec_eval -c).")  # fmt: skip
+    lines = ["## Coverage", "", f"Queries ranked / queries in the split. {rule}", ""]
+    for name, c in (results.get("coverage") or {}).items():
+        where = f" ({c['kind']} {c['source']})" if c.get("source") else ""
+        line = f"- {name}{where}: {c['ranked']} / {c['queries']}"
+        if c["missing"]:
+            line += (f"; {c['missing']} missing ({c['missing_judged']} of them with a relevant document), e.g. "
+                     + ", ".join(c["missing_examples"]))  # fmt: skip
+        lines.append(line)
+        lines += [f"  - warning: {w}" for w in c.get("warnings", [])]
+    return "\n".join(lines)
+
+
+def _plots(results: Mapping[str, Any], profile: EvaluationProfile, out: Path, stem: str = "") -> dict[str, Path]:
+    """Plot name -> the path it was drawn to (``out / (stem + name)``)."""
     if profile.report == "recor":
         from convrag.evaluation.recor_tables import plot_turn_positions
 
-        plot_turn_positions(results, str(out / "turn_position.png"))
-        return [out / "turn_position.png"]
+        plot_turn_positions(results, str(out / f"{stem}turn_position.png"))
+        return {"turn_position.png": out / f"{stem}turn_position.png"}
     if profile.report == "mtr-bench":
         from convrag.evaluation.turn_tables import plot_per_turn
 
-        plot_per_turn(results, str(out / "per_turn.png"))
-        return [out / "per_turn.png"]
-    return []
+        plot_per_turn(results, str(out / f"{stem}per_turn.png"))
+        return {"per_turn.png": out / f"{stem}per_turn.png"}
+    return {}
 
 
 def write_outputs(results: Mapping[str, Any], scored: Scored, out_dir: str | Path, digits: int = 4) -> list[Path]:
-    """Write results.json, results.md, the plots and every retriever's run (see module docstring)."""
+    """Write results.json, results.md, the plots and every retriever's run (see module docstring).
+
+    Everything is rendered first and each file is written under a temporary name, then renamed; files that an
+    earlier evaluation wrote into ``out_dir`` (listed in its results.json) and this one does not are removed, so
+    the folder never mixes two evaluations."""
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ConvragError(f"{out}: --out names a file, not a folder")
+    text = render(results, scored.profile, digits)
     (out / "runs").mkdir(parents=True, exist_ok=True)
-    paths = [out / "results.json", out / "results.md"]
-    paths[0].write_text(json.dumps(json_safe(results), indent=1, allow_nan=False) + "\n", encoding="utf-8")
-    paths[1].write_text(render(results, scored.profile, digits), encoding="utf-8")
-    paths += _plots(results, scored.profile, out)
+    staged: dict[str, Path] = {}
+    try:
+        _stage(results, scored, out, text, staged)
+    except BaseException:
+        for path in staged.values():
+            path.unlink(missing_ok=True)
+        raise
+    stale = [name for name in _previous_files(out) if name not in staged]
+    for name, path in staged.items():
+        os.replace(path, out / name)
+    for name in stale:
+        (out / name).unlink(missing_ok=True)
+    return [out / name for name in staged]
+
+
+def _stage(results: Mapping[str, Any], scored: Scored, out: Path, text: str, staged: dict[str, Path]) -> None:
+    """Write every output under a temporary name in ``out``; ``staged``: final name -> temporary path."""
+    tmp = ".convrag-tmp-"
+    staged["results.md"] = out / f"{tmp}results.md"
+    staged["results.md"].write_text(text, encoding="utf-8")
+    staged.update(_plots(results, scored.profile, out, tmp))
     for (system, strategy) in scored.runs:
         if "type" in scored.configs.get(system, {}):
             continue  # external runs and submissions are the user's own files
         stem = safe_token(system_name(scored, system, strategy).replace("|", "__"))
-        write_run(merged_run(scored, system, strategy), out / "runs" / f"{stem}.trec",
+        staged[f"runs/{stem}.trec"] = out / "runs" / f"{tmp}{stem}.trec"
+        write_run(merged_run(scored, system, strategy), staged[f"runs/{stem}.trec"],
                   tag=safe_token(system_name(scored, system, strategy)))  # fmt: skip
-        paths.append(out / "runs" / f"{stem}.trec")
         if scored.profile.submission == "mtrag":
             from convrag.evaluation.mtrag import write_submission
 
-            write_submission(scored.runs[(system, strategy)], out / "runs" / f"{stem}.jsonl")
-            paths.append(out / "runs" / f"{stem}.jsonl")
-    return paths
+            staged[f"runs/{stem}.jsonl"] = out / "runs" / f"{tmp}{stem}.jsonl"
+            write_submission(scored.runs[(system, strategy)], staged[f"runs/{stem}.jsonl"])
+    files = ["results.json", *staged]
+    staged["results.json"] = out / f"{tmp}results.json"
+    payload = json.dumps(json_safe({**results, "files": files}), indent=1, allow_nan=False) + "\n"
+    staged["results.json"].write_text(payload, encoding="utf-8")
+
+
+def _previous_files(out: Path) -> list[str]:
+    """Files an earlier evaluation wrote into ``out`` (its results.json's ``files``; relative, inside ``out``)."""
+    try:
+        names = json.loads((out / "results.json").read_text(encoding="utf-8")).get("files") or []
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [n for n in names if isinstance(n, str) and not Path(n).is_absolute() and ".." not in Path(n).parts]
+
+
+def _external(name: str, kind: str, value: str | Path | Mapping[str, Mapping[str, float]],
+              profile: EvaluationProfile, data: BenchmarkData) -> External:
+    """An :class:`External` from a file path (read and format-checked here) or an in-memory run mapping."""
+    if kind == "submission":
+        if profile.submission != "mtrag":
+            raise ConvragError("this benchmark has no official submission format; give TREC runs with --run")
+        from convrag.evaluation.mtrag import read_submission
+
+        if not isinstance(value, (str, os.PathLike)):
+            raise ConvragError(f"submission {name!r}: give the path of its file")
+        sub = read_submission(value, [t.qid for t in data.turns], task_domains={t.qid: t.domain for t in data.turns})
+        run = {tid: ranking for runs in sub.runs.values() for tid, ranking in runs.items()}
+        return External(name, kind, str(value), run, lambda qid, doc: sub.lines.get(qid),
+                        warnings=list(sub.report.warnings))  # fmt: skip
+    if isinstance(value, (str, os.PathLike)):
+        path = str(value)
+        return External(name, kind, path, read_run(path), lambda qid, doc: find_line(path, qid, doc))
+    return External(name, kind, f"run {name!r}", value)
 
 
 def evaluate_folder(
     folder: str | Path,
     profile: EvaluationProfile,
-    external_runs: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
+    external_runs: Mapping[str, str | Path | Mapping[str, Mapping[str, float]]] | None = None,
     submissions: Mapping[str, str | Path] | None = None,
     n_bootstrap: int = 1000,
     confidence: float = 0.95,
@@ -107,34 +208,34 @@ def evaluate_folder(
     **options: Any,
 ) -> tuple[dict[str, Any], Scored]:
     """Run and score ``folder`` as ``profile`` says (``options``: see :func:`run_benchmark`), add external runs
-    and official-format submissions, aggregate. Returns the JSON-ready results and the scored state."""
+    (TREC run files, or ``{query: {doc: score}}``) and official-format submissions, aggregate. Runs and
+    submissions are read and checked against the benchmark before any retriever runs. Returns the JSON-ready
+    results and the scored state."""
+    external_runs, submissions = dict(external_runs or {}), dict(submissions or {})
     if profile.aggregation == "domain-macro" and (external_runs or submissions):
-        from convrag.errors import ConvragError
-
         raise ConvragError("this benchmark's tables compare retrievers x strategies per domain; external runs are "
                            "not part of them (score a run file with the retrieval metric instead)")  # fmt: skip
-    scored = run_benchmark(str(folder), profile, **options)
+    names = [*external_runs, *submissions]
+    retrievers = list(profile.retrievers if options.get("retrievers") is None else options["retrievers"])
+    clash = next((n for i, n in enumerate(names) if n in retrievers or n in names[:i]), None)
+    if clash is not None:
+        raise ConvragError(f"external run name {clash!r} is already used by a retriever or another run")
+    data = load_benchmark(str(folder), profile, split=options.get("split"), corpus=options.get("corpus", "auto"),
+                          search=options.get("search"))  # fmt: skip
+    first = next(iter(profile.corpus))
+    complete = {s: kind == first for s, kind in data.corpus_kind.items()}
     normalize = None
     if profile.submission == "mtrag":
         from convrag.builders.mtrag_source import normalize_task_id as normalize
-    for name, run in (external_runs or {}).items():
-        add_external(scored, name, "run", check_external_run(run, scored.data, name, normalize))
-    for name, path in (submissions or {}).items():
-        add_external(scored, name, "submission", _read_submission(profile, path, scored))
+    checked = []
+    for kind, given in (("run", external_runs), ("submission", submissions)):
+        for name, value in given.items():
+            ext = _external(name, kind, value, profile, data)
+            checked.append((ext, check_external(ext, data, complete, normalize)))
+    scored = run_benchmark(str(folder), profile, data=data, **options)
+    for ext, runs in checked:
+        add_external(scored, ext, runs)
     if not scored.per_turn:
-        from convrag.errors import ConvragError
-
         raise ConvragError("nothing to evaluate: give at least one retriever, --run or --submission")
     results = aggregate(scored, n_bootstrap, confidence, seed)
     return {"folder": str(folder), "profile": profile.to_dict(), **results}, scored
-
-
-def _read_submission(profile: EvaluationProfile, path: str | Path, scored: Scored) -> dict[str, Any]:
-    from convrag.errors import ConvragError
-
-    if profile.submission != "mtrag":
-        raise ConvragError("this benchmark has no official submission format; give TREC runs with --run")
-    from convrag.evaluation.mtrag import read_submission
-
-    expected: Sequence[str] = [t.qid for t in scored.data.turns]
-    return read_submission(path, expected or None).runs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
@@ -82,13 +83,59 @@ Examples:
 _DOC = datasets.Value("string")
 _SCORED = datasets.List({"id": datasets.Value("string"), "score": datasets.Value("float64")})
 _GRADED = datasets.List({"id": datasets.Value("string"), "grade": datasets.Value("int64")})
-# evaluate picks the first option the first example fits: plain ids first, dicts after.
+# one option per (prediction form, reference form); _infer_feature_from_batch picks it from the whole input
 _FEATURES = [
     datasets.Features({"predictions": datasets.List(_DOC), "references": datasets.List(_DOC)}),
     datasets.Features({"predictions": datasets.List(_DOC), "references": _GRADED}),
     datasets.Features({"predictions": _SCORED, "references": datasets.List(_DOC)}),
     datasets.Features({"predictions": _SCORED, "references": _GRADED}),
 ]
+_FORMS = {("ids", "ids"): 0, ("ids", "graded"): 1, ("scored", "ids"): 2, ("scored", "graded"): 3}
+_DESCRIBE = {"ids": "a document id string", "scored": 'an {"id", "score"} object',
+             "graded": 'an {"id", "grade"} object'}  # fmt: skip
+
+
+def _is_number(value: Any, integral: bool = False) -> bool:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
+    return not integral or float(value).is_integer()
+
+
+def _item_form(item: Any, column: str, where: str) -> str:
+    """``ids`` for a document id string, ``scored`` / ``graded`` for a valid object; an error otherwise."""
+    error = RunError if column == "predictions" else QrelsError
+    if isinstance(item, str):
+        return "ids"
+    if not isinstance(item, Mapping):
+        raise error(f"{where}: expected a document id string or an object, got {item!r} ({type(item).__name__})")
+    key = "score" if column == "predictions" else "grade"
+    if not isinstance(item.get("id"), str):
+        raise error(f"{where}: 'id' must be a string, got {item.get('id')!r}")
+    if not _is_number(item.get(key), integral=key == "grade"):
+        kind = "an integer" if key == "grade" else "a number"
+        raise error(f"{where}: {key!r} must be {kind}, got {item.get(key)!r}")
+    return "scored" if key == "score" else "graded"
+
+
+def check_form(values: Sequence[Any], column: str, form: str | None, offset: int = 0) -> str | None:
+    """The one form of every item of ``values`` (one list per query): ``ids`` or ``scored`` / ``graded``.
+
+    Every query must use the form of the first non-empty one (``form`` when earlier batches set it): a mix would
+    be cast to one form and score zeros, so it is an error naming the position (``predictions[3][0]``)."""
+    error = RunError if column == "predictions" else QrelsError
+    first = None
+    for i, value in enumerate(values, start=offset):
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+            raise error(f"{column}[{i}] must be a list (one per query), got {type(value).__name__}")
+        for j, item in enumerate(value):
+            kind = _item_form(item, column, f"{column}[{i}][{j}]")
+            if form is None:
+                form, first = kind, f"{column}[{i}][{j}]"
+            elif kind != form:
+                since = first or "the items of earlier batches"
+                raise error(f"{column}[{i}][{j}] is {_DESCRIBE[kind]}, but {since} is {_DESCRIBE[form]}: give every "
+                            "query's items in one form (mixed forms would be cast to one and score zeros)")  # fmt: skip
+    return form
 
 
 def _ranking(qid: str, prediction: Sequence[Any]) -> list[str] | dict[str, float]:
@@ -131,6 +178,36 @@ class Retrieval(evaluate.Metric):
             features=_FEATURES,
             reference_urls=["https://github.com/usnistgov/trec_eval", "https://github.com/beir-cellar/beir"],
         )
+
+    def add_batch(self, *, predictions: Any = None, references: Any = None, **kwargs: Any) -> None:
+        """Check that every prediction (and every reference) uses one form, then add the batch."""
+        first = self.writer is None
+        if first:
+            self._forms: dict[str, str | None] = {"predictions": None, "references": None}
+            self._added = 0
+        if predictions is not None and references is not None and len(predictions) != len(references):
+            raise RunError(f"{len(predictions)} predictions for {len(references)} references: one of each per query")
+        for column, values in (("predictions", predictions), ("references", references)):
+            if values is None:
+                continue
+            form = check_form(values, column, self._forms[column], self._added)
+            if not first and self._forms[column] is None and form not in (None, "ids"):
+                raise (RunError if column == "predictions" else QrelsError)(
+                    f"{column}[{self._added}]: the first batch held only empty lists, read as document id strings; "
+                    "this batch holds objects: put a non-empty query in the first batch")  # fmt: skip
+            self._forms[column] = form
+        self._added += len(predictions) if predictions is not None else 0
+        super().add_batch(predictions=predictions, references=references, **kwargs)
+
+    def add(self, *, prediction: Any = None, reference: Any = None, **kwargs: Any) -> None:
+        """One query's prediction and reference, checked as :meth:`add_batch` does."""
+        self.add_batch(predictions=[prediction], references=[reference],
+                       **{k: [v] for k, v in kwargs.items()})  # fmt: skip
+
+    def _infer_feature_from_batch(self, batch: Mapping[str, Any]) -> datasets.Features:
+        """The feature option of the forms found in the whole input (not only its first query)."""
+        forms = getattr(self, "_forms", {})
+        return _FEATURES[_FORMS[(forms.get("predictions") or "ids", forms.get("references") or "ids")]]
 
     def _compute(self, predictions: Sequence[Any], references: Sequence[Any],
                  query_ids: Sequence[str] | None = None, k_values: Sequence[int] = DEFAULT_K_VALUES,

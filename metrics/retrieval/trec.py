@@ -7,7 +7,8 @@
 - BEIR qrels: tab-separated ``query-id``, ``corpus-id``, ``score`` with a header line.
 
 Blank lines are skipped. Files ending in ``.gz`` are read and written compressed. Malformed lines, fields
-that are not numbers and repeated (query, doc) pairs raise ``TrecFormatError`` naming ``file:line``.
+that are not numbers, repeated (query, doc) pairs and bytes that are not UTF-8 raise ``TrecFormatError`` naming
+``file:line``; a missing file, a folder and truncated or corrupt gzip data raise it naming the file.
 
 >>> import os, tempfile
 >>> folder = tempfile.mkdtemp()
@@ -27,6 +28,7 @@ import math
 import numbers
 import os
 import re
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import IO
 
@@ -48,23 +50,65 @@ class TrecFormatError(RetrievalInputError):
         super().__init__(f"{where}: {message}")
 
 
-def _open(path: PathLike, mode: str) -> IO[str]:
+def _create(path: PathLike) -> IO[str]:
+    """``path`` opened for writing UTF-8 text with ``\\n`` line ends (gzipped for ``.gz``)."""
     if os.fspath(path).endswith(".gz"):
-        return gzip.open(path, mode + "t", encoding="utf-8")  # type: ignore[return-value]
-    return open(path, mode, encoding="utf-8", newline="\n" if mode == "w" else None)
+        return gzip.open(path, "wt", encoding="utf-8")  # type: ignore[return-value]
+    return open(path, "w", encoding="utf-8", newline="\n")
+
+
+def _open_binary(path: PathLike) -> IO[bytes]:
+    """``path`` opened for reading bytes (gunzipped for ``.gz``); a missing file or a folder is a TrecFormatError."""
+    name = os.fspath(path)
+    if os.path.isdir(name):
+        raise TrecFormatError("is a folder, not a file", path)
+    if not os.path.exists(name):
+        raise TrecFormatError("no such file", path)
+    try:
+        return gzip.open(name, "rb") if name.endswith(".gz") else open(name, "rb")  # type: ignore[return-value]
+    except OSError as err:
+        raise TrecFormatError(f"cannot read the file: {err.strerror or err}", path) from None
+
+
+def text_lines(path: PathLike) -> Iterator[tuple[int, str]]:
+    """(1-based line number, text) of every line of a UTF-8 file (``.gz``: gunzipped; a leading BOM is dropped).
+
+    Bytes that are not UTF-8 raise ``TrecFormatError`` naming the line; truncated or corrupt gzip data, the file.
+    """
+    number = 0
+    with _open_binary(path) as handle:
+        try:
+            for number, raw in enumerate(handle, start=1):
+                try:
+                    text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+                except UnicodeDecodeError as err:
+                    raise TrecFormatError(f"not UTF-8 text (byte 0x{raw[err.start]:02x} at byte {err.start + 1} of "
+                                          "the line)", path, number) from None  # fmt: skip
+                yield number, text
+        except (EOFError, OSError, zlib.error) as err:
+            where = f"after line {number}" if number else "from its start"
+            raise TrecFormatError(f"the gzip data is truncated or corrupt {where} ({err})", path) from None
 
 
 def _lines(path: PathLike, width: int, layout: str, sep: str | None = None) -> Iterator[tuple[int, list[str]]]:
     """Yield (line number, fields) of the non-blank lines, checking the number of fields."""
-    with _open(path, "r") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            fields = line.rstrip("\r\n").split(sep) if sep else line.split()
-            if len(fields) != width:
-                raise TrecFormatError(f"expected {width} fields ({layout}), found {len(fields)}: {line.strip()!r}",
-                                      path, number)  # fmt: skip
-            yield number, fields
+    for number, line in text_lines(path):
+        if not line.strip():
+            continue
+        fields = line.rstrip("\r\n").split(sep) if sep else line.split()
+        if len(fields) != width:
+            raise TrecFormatError(f"expected {width} fields ({layout}), found {len(fields)}: {line.strip()!r}",
+                                  path, number)  # fmt: skip
+        yield number, fields
+
+
+def find_line(path: PathLike, qid: str, doc: str | None = None) -> int | None:
+    """Number of the first line of a TREC run whose query (and document, if given) is ``qid`` (``doc``)."""
+    for number, line in text_lines(path):
+        fields = line.split()
+        if len(fields) > 2 and fields[0] == qid and (doc is None or fields[2] == doc):
+            return number
+    return None
 
 
 def _number(text: str, what: str, path: PathLike, line: int) -> float:
@@ -174,7 +218,7 @@ def write_run(run: Mapping[str, Mapping[str, float] | Sequence[str]], path: Path
     only the top documents of each query.
     """
     _check_token(tag, "tag")
-    with _open(path, "w") as handle:
+    with _create(path) as handle:
         for qid, ranking in run.items():
             _check_token(qid, "query id")
             for rank, (doc, score) in enumerate(_ordered(qid, ranking)[:depth], start=1):
@@ -183,14 +227,14 @@ def write_run(run: Mapping[str, Mapping[str, float] | Sequence[str]], path: Path
 
 def write_qrels(qrels: Mapping[str, Mapping[str, int] | Sequence[str]], path: PathLike) -> None:
     """Write qrels as a TREC qrels file (``query_id 0 doc_id grade``); a list of doc ids means grade 1."""
-    with _open(path, "w") as handle:
+    with _create(path) as handle:
         for qid, doc, grade in _judgments(qrels):
             handle.write(f"{qid} 0 {doc} {grade}\n")
 
 
 def write_beir_qrels(qrels: Mapping[str, Mapping[str, int] | Sequence[str]], path: PathLike) -> None:
     """Write qrels as a BEIR TSV with its ``query-id corpus-id score`` header."""
-    with _open(path, "w") as handle:
+    with _create(path) as handle:
         handle.write("\t".join(BEIR_HEADER) + "\n")
         for qid, doc, grade in _judgments(qrels):
             handle.write(f"{qid}\t{doc}\t{grade}\n")
