@@ -42,19 +42,45 @@ def _parse_options(values: list[str] | None) -> dict[str, Any]:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
+    """Build a benchmark; ``--option`` values go as text to the exporter, which types them per option.
+    SIGTERM ends the build like Ctrl-C (its temporary folder is removed, ``--out`` left as it was); progress
+    bars are shown only on a terminal."""
+    import signal
+    import threading
+
+    import datasets
+
     from convrag.export import export_benchmark
 
-    options = _parse_options(args.option)
+    options: dict[str, Any] = {}
+    for value in args.option or []:
+        match = _NAME_EQ.match(value)
+        if not match:
+            raise ConvragError(f"--option expects key=value, got {value!r}")
+        options[match.group(1)] = match.group(2)
     source = _parse_sources(args.source)
     if source is not None:
         options["source"] = source
-    summary = export_benchmark(args.benchmark, args.out, configs=args.config, options=options,
-                               overwrite=args.overwrite)  # fmt: skip
+    trap = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum)) if trap else None
+    quiet = not sys.stderr.isatty() and datasets.is_progress_bar_enabled()  # no progress bars in logs
+    if quiet:
+        datasets.disable_progress_bars()
+    try:
+        summary = export_benchmark(args.benchmark, args.out, configs=args.config, options=options,
+                                   overwrite=args.overwrite)  # fmt: skip
+    finally:
+        if trap:
+            signal.signal(signal.SIGTERM, previous or signal.SIG_DFL)
+        if quiet:
+            datasets.enable_progress_bars()
     print(f"Wrote {summary.out_dir} ({args.benchmark})\n\n{summary.table()}")
     if summary.report.get("counts"):
         print("\nBuild report:")
         for event, count in summary.report["counts"].items():
-            print(f"  {event}: {count}")
+            examples = [str(e)[:60] for e in summary.report.get("examples", {}).get(event, [])[:3]]
+            more = ", ..." if count > len(examples) else ""
+            print(f"  {event}: {count}" + (f" (e.g. {', '.join(examples)}{more})" if examples else ""))
     return 0
 
 
@@ -67,20 +93,33 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    """Evaluate a built folder as the evaluation profile in its README says (one path for every benchmark)."""
+    """Evaluate a built folder as the evaluation profile in its README says (one path for every benchmark).
+
+    Every argument, run and submission is checked before any retriever runs, and nothing is written on an error.
+    """
+    from convrag.manifest import read_manifest
     from convrag.evaluation.profile import profile_of
     from convrag.evaluation.report import evaluate_folder, render, write_outputs
-    from convrag.export import read_manifest
-    from convrag.metrics.retrieval.trec import read_run
 
+    for flag, value, least in (("--top-k", args.top_k, 1), ("--bootstrap", args.bootstrap, 0),
+                               ("--digits", args.digits, 0)):  # fmt: skip
+        if value is not None and value < least:
+            raise ConvragError(f"{flag} must be at least {least}, got {value}")
+    if args.strategies is not None and args.views is not None:
+        raise ConvragError("--views is an alias of --strategies: give one of them")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ConvragError(f"{args.out}: --out names a file, not a folder")
+    named = [v.split("=", 1)[0] for v in (args.run or []) + (args.submission or [])]
+    twice = sorted({n for n in named if named.count(n) > 1})
+    if twice:
+        raise ConvragError(f"--run / --submission NAME {twice[0]!r} is given twice: give each file its own NAME")
     manifest = read_manifest(args.folder)
-    profile = profile_of(manifest)
+    profile = profile_of(manifest, source=str(Path(args.folder) / "README.md"))
     retrievers = _split_list(args.retrievers) if args.retrievers is not None else list(profile.retrievers)
     strategies = args.strategies if args.strategies is not None else args.views
     results, scored = evaluate_folder(
         args.folder, profile,
-        external_runs={name: read_run(path) for name, path in _named_files(args.run, "--run").items()},
-        submissions=_named_files(args.submission, "--submission"),
+        external_runs=_named_files(args.run, "--run"), submissions=_named_files(args.submission, "--submission"),
         n_bootstrap=args.bootstrap, seed=args.seed,
         retrievers=retrievers, strategies=_split_list(strategies) if strategies is not None else None,
         measures=_split_list(args.measures) if args.measures else None, split=args.split, corpus=args.corpus,
@@ -92,6 +131,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     write_outputs(results, scored, args.out, digits=args.digits)
     print(render(results, profile, digits=args.digits))
     print(f"Wrote {Path(args.out) / 'results.json'}, results.md and runs/ (TREC run files)")
+    warnings = [results["llm"]["note"]] if results.get("llm") and results["llm"]["placeholder"] else []
+    for name, c in results["coverage"].items():
+        if c["missing"]:
+            warnings.append(f"{name} ranks {c['ranked']} of {c['queries']} queries (see Coverage)")
+        warnings += [f"{name}: {w}" for w in c.get("warnings", [])]
+    for line in warnings:
+        print(f"convrag evaluate: warning: {line.removeprefix('WARNING: ')}", file=sys.stderr)
     return 0
 
 
@@ -123,26 +169,35 @@ def _dense_options(retrievers: list[str], model: str | None, options: dict[str, 
 
 
 def cmd_evaluate_generation(args: argparse.Namespace) -> int:
-    """Score generated answers (MTRAGEval Subtasks B/C): IDK-conditioned RB_alg, RB_llm, RL_F."""
-    from convrag.evaluation.generation import evaluate_generation, render_tables, write_outputs
-    from convrag.metrics.generation.components import BertScorer
-    from convrag.metrics.generation.io import read_responses, tasks_from_rows
+    """Score generated answers (MTRAGEval Subtasks B/C): IDK-conditioned RB_alg, RB_llm, RL_F. The judge is chosen
+    explicitly (``--judge`` or ``$CONVRAG_LLM``); nothing is written unless scoring succeeds."""
+    import os
 
+    from convrag.evaluation.generation import evaluate_generation, read_built_tasks, render_tables, write_outputs
+    from convrag.llm.spec import PLACEHOLDER_WARNING, REAL_MODEL_HINT, SPEC_ENV, is_placeholder
+    from convrag.metrics.generation.components import BertScorer
+    from convrag.metrics.generation.io import read_responses
+
+    spec = args.judge or os.environ.get(SPEC_ENV) or ""
+    judges = [j.strip() for j in spec.split(",") if j.strip()]
+    if not judges:
+        raise ConvragError(f"no judge chosen: pass --judge SPEC (or set ${SPEC_ENV}); {REAL_MODEL_HINT}. "
+                           "--judge default runs the embedded SmolLM2-135M placeholder, which only shows that the "
+                           "plumbing works")  # fmt: skip
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ConvragError(f"--out {out}: exists and is not a folder")
     source = Path(args.source)
     if source.is_file():
         if args.predictions:
             raise ConvragError("a responses .jsonl already holds the predictions; --predictions is for a built folder")
-        tasks = read_responses(source)
+        tasks = read_responses(str(source))
     elif source.is_dir():
         if not args.predictions:
             raise ConvragError("--predictions FILE is required with a built MTRAG / MTRAG-UN folder")
-        import datasets
-
-        rows = datasets.load_dataset(str(source), args.config, split=args.split).to_list()
-        tasks = tasks_from_rows(rows, args.predictions, allow_missing=args.allow_missing)
+        tasks = read_built_tasks(source, args.predictions, args.config, args.split, args.allow_missing)
     else:
         raise ConvragError(f"{source}: no such file or folder")
-    judges = [j for j in args.judge.split(",") if j]
     scorer = BertScorer(model=args.bertscore_model, num_layers=args.bertscore_layers,
                         rescale_with_baseline=args.rescale)  # fmt: skip
     result = evaluate_generation(
@@ -151,9 +206,11 @@ def cmd_evaluate_generation(args: argparse.Namespace) -> int:
         metrics=tuple(m for m in args.metrics.split(",") if m), n_bootstrap=args.bootstrap, seed=args.seed,
         progress=not args.no_progress,
     )  # fmt: skip
-    write_outputs(result, args.out)
+    write_outputs(result, out)
     print(render_tables(result, digits=args.digits))
-    print(f"Wrote {args.out}/per_task.jsonl, results.json and results.md")
+    print(f"Wrote {out}/per_task.jsonl, results.json and results.md")
+    if any(is_placeholder(j) for j in judges):
+        print(f"\nWarning: {PLACEHOLDER_WARNING}. To measure, {REAL_MODEL_HINT.replace('point it', 'point --judge')}.")
     return 0
 
 
@@ -211,7 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dense-option", action="append", metavar="KEY=VALUE",
                    help="dense encoder option (repeatable): pooling=cls|mean|max|lasttoken, max_seq_length=N, "
                         "query_prompt=..., document_prompt=..., query_truncation=left|right, fit_queries=false")
-    p.add_argument("--llm", default="default", help="LLM spec for LLM strategies (rewrite; default: local SmolLM2)")
+    p.add_argument("--llm", help="LLM spec for LLM strategies (rewrite), e.g. openai:MODEL@http://HOST:8000/v1 "
+                                 "(default: $CONVRAG_LLM, else the embedded SmolLM2-135M, which only shows the "
+                                 "plumbing: its tables carry a warning)")
     p.add_argument("--rewrite-fallback", action="store_true",
                    help="a failed rewrite uses the plain turn query (listed in the results) instead of an error")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (default 1000)")
@@ -229,14 +288,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="test", help="split of the tasks config (default: test)")
     p.add_argument("--allow-missing", action="store_true",
                    help="score only the tasks that have a prediction (the others are counted); default: error")
-    p.add_argument("--judge", default="default",
-                   help="LLM spec of the judge; several comma-separated = median / ensemble (default: local SmolLM2)")
+    p.add_argument("--judge", help="LLM spec of the judge (required, or $CONVRAG_LLM), e.g. openai:MODEL@http://HOST:"
+                                    "PORT/v1; several comma-separated = RB_llm median. 'default' = the embedded "
+                                    "SmolLM2-135M placeholder: it only shows the plumbing works, its figures are "
+                                    "not measurements")
     p.add_argument("--bertscore-model", help="BERTScore model path or name (default: all-MiniLM-L6-v2 from its "
                                              "wheel; official: microsoft/deberta-xlarge-mnli)")
     p.add_argument("--bertscore-layers", type=int, help="BERTScore layer (needed for models bert_score does not know)")
     p.add_argument("--rescale", action="store_true", help="BERTScore baseline rescaling (official setting)")
     p.add_argument("--mode", default="official", choices=("official", "strict"),
-                   help="official: judge parse failures become 0.5 (counted); strict: such tasks are excluded")
+                   help="official: judge replies read exactly as IBM's scripts read them (their defaults, counted); "
+                        "strict: our stricter reading, tasks with an unreadable reply excluded (counted). A failed "
+                        "judge call is never scored")
     p.add_argument("--conditioning", default="mtrag-un", choices=("mtrag-un", "semeval"),
                    help="answerability conditioning: mtrag-un (with UNDERSPECIFIED) or the earlier semeval one")
     p.add_argument("--metrics", default="rb_alg,rb_llm,rl_f", help="metrics to compute (default: all three)")
@@ -263,6 +326,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except (ConvragError, RetrievalInputError) as err:
         print(f"convrag {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # a file the user named cannot be read or written: name it, no traceback
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"convrag {args.command}: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
 
 

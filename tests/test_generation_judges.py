@@ -1,4 +1,5 @@
-"""Generation judges with a scripted fake LLM: parsing rules, official fallbacks, RL_F steps, replaceable prompts."""
+"""Generation judges with a scripted fake LLM: parsing rules (strict reading; the official one is tested in
+test_judges_official.py), official defaults, RL_F steps, call failures, replaceable prompts."""
 
 from __future__ import annotations
 
@@ -63,11 +64,11 @@ def verdicts(*flags: bool) -> str:
     ("  **No** - the reply answers", 0.0, "no", False),
     ("- yes: it cannot answer", 1.0, "yes", False),
     ("1. yes", 1.0, "yes", False),
-    ("Yesterday", 0.5, None, True),
-    ("The reply says yes", 0.5, None, True),
-    ("", 0.5, None, True),
-    (None, 0.5, None, True),
-    ("...", 0.5, None, True),
+    ("Yesterday", None, None, True),
+    ("The reply says yes", None, None, True),
+    ("", None, None, True),
+    (None, None, None, True),
+    ("...", None, None, True),
 ])
 def test_idk_first_alphabetic_token(text, value, label, fallback) -> None:
     assert parse_idk(text) == (value, label, fallback)
@@ -78,7 +79,9 @@ def test_idk_judge_records_raw_and_fallback() -> None:
     out = judges.idk(CONV, "Since 2000, but I do not know the month.")
     assert (out.value, out.label, out.fallback, out.raw) == (0.5, "partial", False, "Partial: it answers half")
     out = GenerationJudges(fake_llm({"idk": "Maybe"})).idk(CONV, "x")
-    assert (out.value, out.label, out.fallback) == (0.5, None, True)
+    assert (out.value, out.label, out.fallback) == (0.5, "maybe", True)  # official: any other word is 0.5
+    out = GenerationJudges(fake_llm({"idk": "Maybe"}), mode="strict").idk(CONV, "x")
+    assert (out.value, out.label, out.fallback) == (None, None, True)  # strict: unreadable
 
 
 def test_idk_sees_the_conversation_as_speaker_lines() -> None:
@@ -97,8 +100,7 @@ def test_idk_sees_the_conversation_as_speaker_lines() -> None:
 def test_clarification_json_and_fallback(reply, value, decision, fallback) -> None:
     out = GenerationJudges(fake_llm({"clarification": reply})).clarification(CONV, "Which team do you mean?")
     assert (out.value, out.decision, out.fallback) == (value, decision, fallback)
-    assert out.raw == reply
-    assert (out.error is not None) == fallback
+    assert out.raw == reply and out.error is None and not out.call_failed
 
 
 @pytest.mark.parametrize(("text", "rating"), [
@@ -120,9 +122,9 @@ def test_rating_parse(text, rating) -> None:
 def test_rating_range_and_fallback() -> None:
     assert rating_value(7.0) == (0.7, False)
     assert rating_value(10.0) == (1.0, False)
-    assert rating_value(0.0) == (0.5, True)
-    assert rating_value(11.0) == (0.5, True)
-    assert rating_value(None) == (0.5, True)
+    assert rating_value(0.0) == (None, True)
+    assert rating_value(11.0) == (None, True)
+    assert rating_value(None) == (None, True)
 
 
 def test_rb_llm_median_over_judges_with_fallbacks() -> None:
@@ -167,13 +169,14 @@ def test_rl_f_zero_claims_no_passages_and_failures() -> None:
     assert bare.value == 0.0 and bare.verdicts == [False] and bare.note == "no passages"
     assert len(llm.backend.calls) == 1  # no verification call without passages
     broken = GenerationJudges(fake_llm({"claims": "not json"})).rl_f(CONV, "x", ["p"])
-    assert broken.value is None and broken.fallback and "LLMFailure" in broken.error
+    assert broken.value is None and broken.fallback and "UnparsableReply" in broken.error
+    assert not broken.call_failed
     wrong = GenerationJudges(fake_llm({"claims": '{"claims": ["a", "b"]}', "verdicts": verdicts(True)}))
     out = wrong.rl_f(CONV, "x", ["p"])
     assert out.value is None and out.fallback and "exactly 2 verdicts" in out.error
 
 
-def test_llm_failures_are_caught_counted_and_flagged() -> None:
+def test_call_failures_are_caught_and_flagged_not_scored() -> None:
     from convrag.llm import BackendError
 
     def boom(messages):
@@ -184,9 +187,9 @@ def test_llm_failures_are_caught_counted_and_flagged() -> None:
     idk = judges.idk(CONV, "x")
     rating = judges.rb_llm(CONV, "r", "x", ["p"])
     clar = judges.clarification(CONV, "x")
-    assert idk.fallback and idk.value == 0.5 and "bad request" in idk.error
-    assert rating.fallback and rating.value == 0.5 and rating.errors[0]
-    assert clar.fallback and clar.value == 0.5
+    assert idk.call_failed and not idk.fallback and idk.value is None and "bad request" in idk.error
+    assert rating.call_failed and not rating.fallback and rating.value is None and rating.errors[0]
+    assert clar.call_failed and not clar.fallback and clar.value is None
     assert llm.report.failures == 3
 
 

@@ -24,6 +24,7 @@ FIELDS = {
     "clarification_decision", "clarification_explanation", "clarification_output", "rb_llm_raw", "rb_llm_ratings",
     "rb_llm_judges", "rb_llm_outputs", "rl_f_raw", "rl_f_claims", "rl_f_verdicts", "rl_f_supported", "rl_f_total",
     "rl_f_note", "rl_f_outputs", "rb_alg", "rb_llm", "rl_f", "harmonic", "fallbacks", "errors", "excluded", "extra",
+    "judge", "call_failures", "excluded_reason",
 }
 
 
@@ -80,7 +81,7 @@ def test_per_task_rows_and_conditioning() -> None:
     assert (t4["rb_llm"], t4["rl_f"]) == (0.0, 0.0)  # unanswerable, answered
     assert (t5["clarification"], t5["clarification_decision"], t5["rb_llm"]) == (1.0, "yes", 1.0)
     assert t1["clarification"] is None and t1["fallbacks"]["clarification"] is None
-    assert (t6["idk"], t6["idk_label"], t6["fallbacks"]["idk"], t6["rb_llm"]) == (0.5, None, True, 0.8)
+    assert (t6["idk"], t6["idk_label"], t6["fallbacks"]["idk"], t6["rb_llm"]) == (0.5, "hmm", True, 0.8)
     assert t1["rb_alg"] is None and t1["recall"] is None  # not requested
     counts = result.summary["counts"]
     assert counts["fallbacks"] == {"idk": 1, "clarification": 0, "rb_llm": 0, "rl_f": 0}
@@ -189,8 +190,8 @@ def test_evaluate_generation_outputs_and_tables(tmp_path: Path) -> None:
     md = (tmp_path / "out" / "results.md").read_text()
     assert md == render_tables(result)
     for text in ("| RB_llm |", "### By answerability", "### By domain", "### By turn", "| UNDERSPECIFIED | 1 |",
-                 "harmonic mean of the means", "judge fallbacks (0.5 or undefined): idk 1",
-                 "excluded (strict mode): 0"):
+                 "harmonic mean of the means", "unreadable judge replies (scored with the official default): idk 1",
+                 "excluded: 0", "judge calls that failed (those tasks are never scored): idk 0", "> Judge: fake:fake"):
         assert text in md
 
 

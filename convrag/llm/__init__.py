@@ -15,22 +15,24 @@ from convrag.llm.client import LLM, RetryPolicy
 from convrag.llm.ensemble import EnsembleResult, JudgeEnsemble, JudgeResult, Permutation, combine, permute
 from convrag.llm.prompts import PromptError, PromptTemplate, list_prompts, load_prompt
 from convrag.llm.report import RunReport
-from convrag.llm.spec import BackendSpec, get_llm, parse_spec
+from convrag.llm.spec import BackendSpec, get_llm, is_placeholder, parse_spec
 from convrag.llm.structured import Parsed, ParseError, extract_json, json_schema_for, parse_structured
 from convrag.llm.types import (
     BackendError,
     Completion,
+    EndpointUnreachable,
     LLMError,
     LLMFailure,
     Message,
     SamplingParams,
+    UnparsableReply,
     Usage,
 )
 
 __all__ = [
-    "LLM", "BackendError", "BackendSpec", "BatchResult", "Completion", "DiskCache", "EnsembleResult",
-    "JudgeEnsemble", "JudgeResult", "LLMError", "LLMFailure", "Message", "ParseError", "Parsed", "Permutation",
-    "PromptError", "PromptTemplate", "RetryPolicy", "RunReport", "SamplingParams", "Usage", "cache_key",
-    "combine", "default_cache_dir", "extract_json", "get_llm", "json_schema_for", "list_prompts", "load_prompt",
-    "parse_spec", "parse_structured", "permute", "run_batch",
+    "LLM", "BackendError", "BackendSpec", "BatchResult", "Completion", "DiskCache", "EndpointUnreachable",
+    "EnsembleResult", "JudgeEnsemble", "JudgeResult", "LLMError", "LLMFailure", "Message", "ParseError", "Parsed",
+    "Permutation", "PromptError", "PromptTemplate", "RetryPolicy", "RunReport", "SamplingParams", "UnparsableReply",
+    "Usage", "cache_key", "combine", "default_cache_dir", "extract_json", "get_llm", "is_placeholder",
+    "json_schema_for", "list_prompts", "load_prompt", "parse_spec", "parse_structured", "permute", "run_batch",
 ]

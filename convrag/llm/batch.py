@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from convrag.llm.types import LLMError, LLMFailure
+from convrag.llm.types import EndpointUnreachable, LLMError, LLMFailure
 
 I = TypeVar("I")  # noqa: E741
 R = TypeVar("R")
@@ -43,8 +43,9 @@ def run_batch(items: Iterable[I], fn: Callable[[I], R], concurrency: int = 4, *,
     """Apply ``fn`` to every item in up to ``concurrency`` threads.
 
     Exceptions of the ``catch`` types are recorded per item (never turned into a value); any other
-    exception propagates. With the LLM cache on, a rerun after a crash only calls the backend for the
-    items that had not finished.
+    exception propagates, and so does :class:`~convrag.llm.types.EndpointUnreachable` (a dead endpoint):
+    the items not yet started are cancelled and the batch stops at once. With the LLM cache on, a rerun
+    after a crash only calls the backend for the items that had not finished.
     """
     seq = list(items)
     out: BatchResult[R] = BatchResult(results=[None] * len(seq))
@@ -54,6 +55,8 @@ def run_batch(items: Iterable[I], fn: Callable[[I], R], concurrency: int = 4, *,
     def one(i: int) -> tuple[int, Any, BaseException | None]:
         try:
             return i, fn(seq[i]), None
+        except EndpointUnreachable:
+            raise
         except catch as exc:
             return i, None, exc
 

@@ -1,4 +1,5 @@
-"""The LLM client: cache, retries with backoff and jitter, structured outputs, bounded concurrency, accounting."""
+"""The LLM client: cache, retries with backoff and jitter, structured outputs, bounded concurrency, accounting,
+and a circuit breaker that stops calling an endpoint that is down."""
 
 from __future__ import annotations
 
@@ -27,9 +28,21 @@ from convrag.llm.structured import (
     parse_structured,
     validate,
 )
-from convrag.llm.types import BackendError, Completion, LLMFailure, Message, SamplingParams, Usage
+from convrag.llm.types import (
+    BackendError,
+    Completion,
+    EndpointUnreachable,
+    LLMFailure,
+    Message,
+    SamplingParams,
+    UnparsableReply,
+    Usage,
+)
 
 M = TypeVar("M", bound=BaseModel)
+
+#: backend error kinds that say the endpoint itself is down, not that one request was bad
+ENDPOINT_ERRORS = frozenset({"connection", "timeout", "server_error"})
 
 
 @dataclass(frozen=True)
@@ -60,6 +73,10 @@ class LLM:
     """One configured model. Thread-safe; share it across a run.
 
     ``cache``: a :class:`DiskCache`, a directory, True (default directory) or False (off).
+    ``breaker``: the circuit breaker. Once a call has failed at the connection level (refused, timed out, HTTP
+    5xx) after its retries, later calls get no backoff retries for such errors until a call succeeds; after
+    ``breaker`` such failures in a row every call raises :class:`EndpointUnreachable` at once, so a dead
+    endpoint costs one call's retries, not every item's. 0 turns the breaker off.
     """
 
     def __init__(self, backend: Backend, *, cache: DiskCache | str | Path | bool = True,
@@ -67,7 +84,7 @@ class LLM:
                  timeout: float | None = None, max_concurrency: int = 4,
                  params: SamplingParams | None = None, structured_attempts: int = 3,
                  constrained: bool = True, spec: str = "",
-                 sleep: Callable[[float], None] = time.sleep, seed: int | None = None) -> None:
+                 sleep: Callable[[float], None] = time.sleep, seed: int | None = None, breaker: int = 3) -> None:
         self.backend = backend
         if cache is True:
             self.cache: DiskCache | None = DiskCache()
@@ -88,6 +105,11 @@ class LLM:
         self._sleep = sleep
         self._rng = random.Random(seed)
         self._rng_lock = threading.Lock()
+        self.breaker = breaker
+        self._health_lock = threading.Lock()
+        self._streak = 0  # connection-level call failures since the last success
+        self._settled = 0  # calls that ended (answered or failed after retries)
+        self._tripped: EndpointUnreachable | None = None
 
     def __repr__(self) -> str:
         return f"LLM({self.spec!r})"
@@ -97,12 +119,42 @@ class LLM:
         return self.spec
 
     # -- backend calls ---------------------------------------------------------------------------------
+    @property
+    def endpoint(self) -> str:
+        """Where requests go: the base URL of an HTTP backend, else the spec."""
+        return str(self.backend.identity().get("base_url") or self.spec)
+
+    def _suspect(self) -> bool:
+        """Raise :class:`EndpointUnreachable` once the breaker has tripped; True while the endpoint is suspect."""
+        with self._health_lock:
+            tripped = self._tripped
+            if tripped is None:
+                return self._streak > 0
+        raise EndpointUnreachable(str(tripped), endpoint=tripped.endpoint, failed=tripped.failed,
+                                  calls=tripped.calls, errors=tripped.errors)
+
+    def _settle(self, error: BackendError | None, errors: list[str]) -> None:
+        """Record how a call ended; trips the breaker after ``breaker`` connection-level failures in a row."""
+        with self._health_lock:
+            self._settled += 1
+            if error is None or error.kind not in ENDPOINT_ERRORS:
+                self._streak = 0  # the endpoint answered
+                return
+            self._streak += 1
+            if self.breaker and self._streak >= self.breaker and self._tripped is None:
+                self._tripped = EndpointUnreachable(
+                    f"{self.spec}: endpoint {self.endpoint} unreachable: {self._streak} of {self._settled} calls "
+                    f"failed after their retries ({error}); check that the server is up and the URL is right",
+                    endpoint=self.endpoint, failed=self._streak, calls=self._settled, errors=list(errors))
+
     def _call_backend(self, messages: list[Message], params: SamplingParams,
                       json_schema: dict[str, Any] | None) -> Completion:
-        """One request, retried on transient errors; raises :class:`LLMFailure` when out of retries."""
+        """One request, retried on transient errors; raises :class:`LLMFailure` when out of retries and
+        :class:`EndpointUnreachable` when the breaker trips (see the class docstring)."""
         errors: list[str] = []
         retry = immediate = 0
         while True:
+            self._suspect()
             t0 = time.perf_counter()
             try:
                 with self._sem:
@@ -115,17 +167,21 @@ class LLM:
                 if exc.retryable and exc.immediate and immediate < BackendError.MAX_IMMEDIATE:
                     immediate += 1
                     continue
+                suspect = exc.kind in ENDPOINT_ERRORS and self._suspect()
+                if exc.retryable and retry < self.retry.max_retries and not suspect:
+                    self.report.count("retries")
+                    with self._rng_lock:
+                        wait = self.retry.delay(retry, self._rng)
+                    retry += 1
+                    self._sleep(wait)
+                    continue
+                self._settle(exc, errors)
+                self._suspect()
                 if not exc.retryable:
                     raise LLMFailure(f"{self.spec}: {exc}", attempts=attempts, errors=errors) from exc
-                if retry >= self.retry.max_retries:
-                    raise LLMFailure(f"{self.spec}: gave up after {attempts} attempts: {exc}",
-                                     attempts=attempts, errors=errors) from exc
-                self.report.count("retries")
-                with self._rng_lock:
-                    wait = self.retry.delay(retry, self._rng)
-                retry += 1
-                self._sleep(wait)
-                continue
+                raise LLMFailure(f"{self.spec}: gave up after {attempts} attempts: {exc}",
+                                 attempts=attempts, errors=errors) from exc
+            self._settle(None, errors)
             self.report.record_call(self.backend.name, self.backend.model, comp.usage, time.perf_counter() - t0, None)
             return comp
 
@@ -179,7 +235,8 @@ class LLM:
 
         Uses constrained decoding where the backend has it, repairs trivial breakage, and otherwise
         re-asks with the error fed back, up to ``attempts`` replies. ``check(value)`` may return an error
-        message for semantic problems; it is fed back the same way. Raises :class:`LLMFailure` at the end.
+        message for semantic problems; it is fed back the same way. Raises :class:`UnparsableReply` when no
+        reply could be read, :class:`LLMFailure` when a call failed.
         """
         p = self._params(params, overrides)
         schema_dict = json_schema_for(schema)
@@ -231,7 +288,7 @@ class LLM:
             return Parsed(value=value, text=text, attempts=attempt, repairs=repairs, completion=comp)
         msg = f"{self.spec}: no valid structured reply after {n} attempts: {errors[-1] if errors else ''}"
         self.report.record_failure(msg)
-        raise LLMFailure(msg, attempts=n, last_text=text, errors=errors)
+        raise UnparsableReply(msg, attempts=n, last_text=text, errors=errors)
 
     def ask(self, prompt: str, schema: Schema | None = None, *, params: SamplingParams | None = None,
             **fields: Any) -> Any:

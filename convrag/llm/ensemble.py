@@ -18,7 +18,7 @@ from typing import Any
 
 from convrag.llm.client import LLM
 from convrag.llm.structured import Schema
-from convrag.llm.types import LLMError, LLMFailure, Message, SamplingParams
+from convrag.llm.types import EndpointUnreachable, LLMError, LLMFailure, Message, SamplingParams
 
 COMBINERS = ("mean", "median", "majority")
 Judge = LLM | tuple[LLM, SamplingParams]
@@ -103,7 +103,8 @@ def _unpack(j: Judge) -> tuple[LLM, SamplingParams | None]:
 class JudgeEnsemble:
     """Several judges (LLMs, or (LLM, params) pairs such as one model with different seeds).
 
-    ``min_ok``: how many judges must succeed (default: all); fewer raises :class:`LLMFailure`.
+    ``min_ok``: how many judges must succeed (default: all); fewer raises :class:`LLMFailure`. A judge whose
+    endpoint is unreachable (:class:`EndpointUnreachable`) ends the call at once.
     """
 
     def __init__(self, judges: Sequence[Judge], *, combine: str = "mean", min_ok: int | None = None,
@@ -122,6 +123,8 @@ class JudgeEnsemble:
             llm, params = _unpack(self.judges[i])
             try:
                 return task(i, llm, params)
+            except EndpointUnreachable:
+                raise  # a dead endpoint ends the run; it is not one judge's disagreement
             except LLMError as exc:
                 return JudgeResult(judge=f"{i}:{llm.spec}", error=f"{type(exc).__name__}: {exc}")
 

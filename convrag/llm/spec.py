@@ -10,8 +10,14 @@ Spec strings (options may follow after ``;`` as ``key=value``)::
     llamacpp:PATH.gguf                       llama.cpp on a GGUF file
     fake                                     echo backend for dry runs and tests
 
-e.g. ``openai:deepseek-chat@https://api.deepseek.com;response_format=json_object;timeout=120``.
+e.g. ``openai:deepseek-chat@https://api.deepseek.com;response_format=json_object;timeout=120``. Client options
+in a spec: ``timeout`` (seconds per request), ``max_retries`` (backoff retries of a transient error, default 5),
+``breaker`` (connection-level failures in a row that stop the client, default 3; 0 = off), ``max_concurrency``.
 ``get_llm()`` with no spec reads ``$CONVRAG_LLM`` and falls back to ``default``.
+
+``default`` is a placeholder: SmolLM2-135M is far too weak to judge answers or write data, so what it produces
+only shows that the plumbing works. :func:`is_placeholder` tells whether a spec resolves to it;
+:data:`PLACEHOLDER_WARNING` and :data:`REAL_MODEL_HINT` are the texts to show beside such output.
 """
 
 from __future__ import annotations
@@ -21,12 +27,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from convrag.llm.backends.base import Backend
-from convrag.llm.client import LLM
+from convrag.llm.client import LLM, RetryPolicy
 from convrag.llm.types import LLMError
 
 SPEC_ENV = "CONVRAG_LLM"
 _LLM_OPTIONS = frozenset({"cache", "report", "retry", "max_concurrency", "params", "structured_attempts",
-                          "constrained", "sleep", "seed"})
+                          "constrained", "sleep", "seed", "breaker"})
+PLACEHOLDER_MODEL = "SmolLM2-135M"
+PLACEHOLDER_WARNING = (f"these figures come from the embedded {PLACEHOLDER_MODEL} placeholder, too weak to judge: "
+                       "they only show that the plumbing works, they are not measurements")
+REAL_MODEL_HINT = ("point it at a real model, e.g. openai:MODEL@http://HOST:PORT/v1 (vLLM, llama.cpp server or any "
+                   "OpenAI-compatible server), openai:gpt-4o-mini (with OPENAI_API_KEY) or hf:/path/to/model")
 
 
 @dataclass
@@ -110,21 +121,53 @@ def build_backend(spec: BackendSpec, **options: Any) -> Backend:
     return FakeBackend(**opts)
 
 
+def is_placeholder(spec: str | dict[str, Any] | LLM | None = None) -> bool:
+    """Whether ``spec`` (a spec string or mapping, an :class:`LLM`, or None for ``$CONVRAG_LLM`` / ``default``)
+    is the embedded SmolLM2-135M placeholder: ``default``, or a backend whose model or file is SmolLM2-135M."""
+    key = PLACEHOLDER_MODEL.lower()
+    if isinstance(spec, LLM):
+        backend = spec.backend
+        if backend.name != "fake" and key in f"{backend.model} {getattr(backend, 'path', '')}".lower():
+            return True
+        spec = spec.spec
+    elif spec is None:
+        spec = os.environ.get(SPEC_ENV) or "default"
+    try:
+        parsed = parse_spec(spec)
+    except LLMError:
+        return False
+    return parsed.kind == "default" or (parsed.kind != "fake" and key in parsed.target.lower())
+
+
+def _client_options(parsed: BackendSpec, options: dict[str, Any]) -> dict[str, Any]:
+    """Options of the :class:`LLM` client taken out of the spec's and the caller's options."""
+    llm_opts = {k: options.pop(k) for k in list(options) if k in _LLM_OPTIONS}
+    for k in list(parsed.options):
+        if k in _LLM_OPTIONS:
+            llm_opts[k] = parsed.options.pop(k)
+    retries = options.pop("max_retries", parsed.options.pop("max_retries", None))
+    if retries is not None:
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise LLMError(f"max_retries must be a whole number >= 0, got {retries!r}")
+        llm_opts.setdefault("retry", RetryPolicy(max_retries=retries))
+    breaker = llm_opts.get("breaker")
+    if breaker is not None and (isinstance(breaker, bool) or not isinstance(breaker, int) or breaker < 0):
+        raise LLMError(f"breaker must be a whole number >= 0, got {breaker!r}")
+    return llm_opts
+
+
 def get_llm(spec: str | dict[str, Any] | None = None, **options: Any) -> LLM:
     """The LLM for ``spec`` (default: ``$CONVRAG_LLM`` or ``"default"``).
 
-    Client options: ``cache`` (dir, DiskCache or False), ``report`` (a shared RunReport), ``retry``,
-    ``max_concurrency``, ``params``, ``structured_attempts``, ``constrained``, ``timeout``; the rest go to
-    the backend (``api_key``, ``base_url``, ``n_ctx``, ``response_format``, ...).
+    Client options: ``cache`` (dir, DiskCache or False), ``report`` (a shared RunReport), ``retry`` (or
+    ``max_retries``), ``breaker``, ``max_concurrency``, ``params``, ``structured_attempts``, ``constrained``,
+    ``timeout``; the rest go to the backend (``api_key``, ``base_url``, ``n_ctx``, ``response_format``, ...).
     """
     if spec is None:
         spec = os.environ.get(SPEC_ENV) or "default"
     parsed = parse_spec(spec)
-    llm_opts = {k: options.pop(k) for k in list(options) if k in _LLM_OPTIONS}
+    llm_opts = _client_options(parsed, options)
     timeout = options.get("timeout", parsed.options.get("timeout"))
-    for k in list(parsed.options):
-        if k in _LLM_OPTIONS:
-            llm_opts[k] = parsed.options.pop(k)
     backend = build_backend(parsed, **options)
     label = spec if isinstance(spec, str) else f"{parsed.kind}:{parsed.target}"
     return LLM(backend, timeout=timeout, spec=label.split(";")[0], **llm_opts)

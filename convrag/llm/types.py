@@ -81,3 +81,21 @@ class LLMFailure(LLMError):
         self.attempts = attempts
         self.last_text = last_text
         self.errors = list(errors or [])
+
+
+class UnparsableReply(LLMFailure):
+    """The model answered every time, but no reply could be parsed and validated after the re-asks. ``last_text``
+    holds the last reply. Unlike other :class:`LLMFailure` s, the endpoint works: the call did not fail."""
+
+
+class EndpointUnreachable(LLMFailure):
+    """The client stopped calling an endpoint: its last ``failed`` calls all failed at the connection level
+    (refused, timed out, HTTP 5xx) after their retries, with no success in between. Every later call raises it
+    at once; callers treat it as fatal for the run (batches stop, scorers do not turn it into scores)."""
+
+    def __init__(self, message: str, *, endpoint: str, failed: int, calls: int,
+                 errors: list[str] | None = None) -> None:
+        super().__init__(message, attempts=0, errors=errors)
+        self.endpoint = endpoint
+        self.failed = failed
+        self.calls = calls

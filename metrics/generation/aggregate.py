@@ -77,15 +77,19 @@ def summarize(rows: Sequence[Mapping[str, Any]], *, metrics: Sequence[str], mode
         m for m in RAW if any(_is_value(r.get(m)) for r in included)]
     overall = metric_means(included, names, n_bootstrap, seed)
     judges = ("idk", "clarification", "rb_llm", "rl_f")
+    excluded = [r for r in rows if r["excluded"]]
     counts = {
         "tasks": len(rows),
         "scored": len(included),
-        "excluded": len(rows) - len(included),
-        "excluded_task_ids": [r["task_id"] for r in rows if r["excluded"]],
+        "excluded": len(excluded),
+        "excluded_task_ids": [r["task_id"] for r in excluded],
+        "excluded_by_reason": {reason: sum(1 for r in excluded if r["excluded_reason"] == reason)
+                               for reason in sorted({r["excluded_reason"] for r in excluded})},
+        "call_failures": {j: sum(1 for r in rows if r["call_failures"].get(j)) for j in judges},
         "fallbacks": {j: sum(1 for r in rows if r["fallbacks"].get(j)) for j in judges},
         "tasks_with_fallback": sum(1 for r in rows if any(r["fallbacks"].values())),
         "undefined": {m: sum(1 for r in included if r.get(m) is None) for m in CONDITIONED if m in metrics},
-        "clarification_asked": sum(1 for r in rows if r.get("clarification") is not None),
+        "clarification_asked": sum(1 for r in rows if r["fallbacks"].get("clarification") is not None),
     }
     return {
         "mode": mode,

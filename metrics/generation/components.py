@@ -42,7 +42,8 @@ OFFICIAL_BERTSCORE_MODEL = "microsoft/deberta-xlarge-mnli"
 ANSWERABILITY_LABELS = ("ANSWERABLE", "PARTIAL", "UNANSWERABLE", "CONVERSATIONAL", "UNDERSPECIFIED")
 CONDITIONING_VARIANTS = ("mtrag-un", "semeval")
 """``mtrag-un`` (current official): UNDERSPECIFIED -> 1 if clarification == 1 else 0; UNANSWERABLE and
-CONVERSATIONAL -> 1 if idk == 1 else 0; ANSWERABLE, PARTIAL or no label -> 0 if idk == 1 else the raw value.
+CONVERSATIONAL -> 1 if idk == 1, 0 if idk is 0 or 0.5 (an undecided IDK, None or "unknown", falls through to the
+next rule); ANSWERABLE, PARTIAL or no label -> 0 if idk == 1 else the raw value.
 ``semeval`` (the variant in force during the SemEval-2026 evaluation, the official ``get_idk_score``): the same
 without the UNDERSPECIFIED row, so an UNDERSPECIFIED task is treated like an ANSWERABLE one (0 if idk == 1 else
 raw) and the clarification judge is not used."""
@@ -223,12 +224,19 @@ def normalize_answerability(label: Any) -> str | None:
     return text
 
 
-def condition(raw: float | None, answerability: Any, idk: float, clarification: float | None,
+def condition(raw: float | None, answerability: Any, idk: float | str | None, clarification: float | None,
               variant: str = "mtrag-un") -> float | None:
-    """The conditioned value of one metric for one task (see :data:`CONDITIONING_VARIANTS`).
+    """The conditioned value of one metric for one task (see :data:`CONDITIONING_VARIANTS`), as the official
+    ``get_idk_underspec_score`` / ``get_idk_score`` compute it.
 
-    ``raw`` None (an undefined metric, e.g. RL_F of an answer without claims) stays None where the raw value
-    would be passed through. In ``mtrag-un`` an UNDERSPECIFIED task needs ``clarification``.
+    An IDK value that is neither 1 nor 0 / 0.5 (None for a reply that could not be had, ``"unknown"`` for one that
+    does not start with a word) decides nothing: the raw value passes through, for UNANSWERABLE and
+    CONVERSATIONAL tasks too. ``raw`` None (an undefined metric, e.g. RL_F of an answer without claims) stays
+    None where the raw value would be passed through. In ``mtrag-un`` an UNDERSPECIFIED task needs
+    ``clarification``.
+
+    >>> condition(0.7, "UNANSWERABLE", idk="unknown", clarification=None)
+    0.7
     """
     if variant not in CONDITIONING_VARIANTS:
         raise ComponentError(f"unknown conditioning variant {variant!r}; use one of {CONDITIONING_VARIANTS}")
@@ -237,9 +245,13 @@ def condition(raw: float | None, answerability: Any, idk: float, clarification: 
         if clarification is None:
             raise ComponentError("an UNDERSPECIFIED task needs the clarification judge's value")
         return 1.0 if clarification == 1 else 0.0
-    if label in ("UNANSWERABLE", "CONVERSATIONAL"):
-        return 1.0 if idk == 1 else 0.0
-    if idk == 1:
+    decided = isinstance(idk, (int, float)) and not isinstance(idk, bool)
+    if label in ("UNANSWERABLE", "CONVERSATIONAL") and decided:
+        if idk == 1:
+            return 1.0
+        if idk in (0, 0.5):
+            return 0.0
+    if decided and idk == 1:
         return 0.0
     return None if raw is None else float(raw)
 

@@ -11,7 +11,11 @@ import evaluate
 from .aggregate import CONDITIONED
 from .components import BertScorer
 from .judges import DEFAULT_PROMPTS
+from .parsers import official_clarification, official_idk, official_rating
 from .scorer import GenerationTask, score_generation
+
+# The official judge-reply parsers are re-exported for reuse (and so that evaluate.load copies their module).
+__all__ = ["Generation", "official_clarification", "official_idk", "official_rating"]
 
 _CITATION = """\
 @article{katsis2025mtrag,
@@ -56,9 +60,13 @@ Args:
         current user question.
     answerabilities: each task's label: ANSWERABLE, PARTIAL, UNANSWERABLE, CONVERSATIONAL, UNDERSPECIFIED or None.
     domains, turns, task_ids: optional, for breakdowns and per-task output.
-    judge: LLM spec ("default" = local SmolLM2, "openai:MODEL@URL", "fake", ...), an LLM, or a list (ensemble).
+    judge: LLM spec ("openai:MODEL@URL", "hf:PATH", ...; "default" = the embedded SmolLM2-135M placeholder, which
+        only shows that the plumbing works), an LLM, or a list (ensemble). Required: None takes $CONVRAG_LLM and is
+        an error when it is unset.
     bertscore_model: model path or name, or a BertScorer (default: bundled all-MiniLM-L6-v2).
-    mode: "official" (0.5 fallbacks, counted) or "strict" (tasks with a judge fallback excluded, counted).
+    mode: "official" (judge replies read exactly as the official scripts read them, their defaults counted) or
+        "strict" (our stricter reading; tasks with an unreadable reply excluded, counted). A failed judge call
+        is never scored in either mode: the task is excluded and counted.
     conditioning: "mtrag-un" (with the UNDERSPECIFIED rule) or "semeval" (without it).
     prompts: replacement judge prompts {role: prompt name or YAML path}; roles: idk, clarification, rb_llm,
         faithfulness_claims, faithfulness_verdicts.
@@ -122,7 +130,7 @@ _SETTINGS = ("judge", "bertscore_model", "mode", "conditioning", "prompts", "met
 class Generation(evaluate.Metric):
     """IDK-conditioned RB_alg, RB_llm and RL_F (MTRAG generation evaluation)."""
 
-    def __init__(self, judge: Any = "default", bertscore_model: str | BertScorer | None = None,
+    def __init__(self, judge: Any = None, bertscore_model: str | BertScorer | None = None,
                  mode: str = "official", conditioning: str = "mtrag-un", prompts: Mapping[str, str] | None = None,
                  metrics: Sequence[str] = CONDITIONED, max_tokens: Mapping[str, int] | None = None,
                  **kwargs: Any) -> None:

@@ -1,48 +1,63 @@
 """Readers that turn MTRAG files into :class:`GenerationTask` lists; every bad input names its file and line.
 
 - :func:`read_responses`: the official evaluation input, one task per line with its predictions
-  (``input``, ``targets``, ``contexts``, ``answerability``, ``collection``, ``turn``, ``predictions[0].text``).
-  Passages are the line's ``contexts`` (``passage_source="contexts"``).
-- :func:`tasks_from_rows`: rows of a built MTRAG / MTRAG-UN ``*-tasks`` config joined with a predictions file in
-  the official submission format (``task_id`` + ``predictions[0].text``, optionally ``contexts``). Passages are
-  the prediction's own ``contexts`` when the line has that key (Subtask C, ``passage_source="prediction"``),
-  else the task's reference passages (Subtask B, ``passage_source="reference"``).
+  (``task_id``, ``input``, ``targets``, ``contexts``, ``predictions``, plus ``answerability``, ``collection``,
+  ``turn``). Passages are the line's ``contexts`` (``passage_source="contexts"``).
+- :func:`tasks_from_rows`: rows of a built MTRAG / MTRAG-UN ``*-tasks`` config (each with the Parquet file and
+  row it came from) joined with a predictions file in the official submission format (``task_id`` +
+  ``predictions``, optionally ``contexts``). Passages are the prediction's own ``contexts`` when the line has
+  that key (Subtask C, ``passage_source="prediction"``), else the task's reference passages (Subtask B,
+  ``passage_source="reference"``).
 
-Fields stored as Python-literal strings (as in some release files: ``"[{'speaker': ...}]"``) are parsed, NaN
-means "no value". Reference passages without text are left out and counted in ``extra["passages_without_text"]``.
+Checks follow the official format checker (``scripts/evaluation/format_checker.py``) where it applies:
+``task_id`` a string; ``predictions`` a list of objects whose ``text`` is a string (an empty answer is
+accepted, as there, and counted); a submission's ``contexts`` at most :data:`MAX_CONTEXTS` objects with a string
+``document_id`` and a numeric ``score``; an empty ``contexts`` list is accepted and counted (a warning there); the
+task ids must be exactly the tasks' ids. Where we differ (stated in the metric card): a submission line may
+leave out ``input`` and ``contexts`` (the built folder holds the conversation; without contexts the reference
+passages are used), every context needs a string ``text`` (the judges read it), ``score`` may not be a bool, and
+a responses file (an evaluation input, not a submission) needs ``targets`` but its ``contexts`` are not checked
+for ``document_id`` / ``score`` / count (the official reference inputs have up to 38 contexts without scores).
+Every reference answer must be a non-empty string. Fields stored as Python-literal strings (as in some release
+files: ``"[{'speaker': ...}]"``) are parsed; NaN means "no value" where a field is optional.
 """
 
 from __future__ import annotations
 
 import ast
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from convrag.builders.mtrag_source import normalize_domain, normalize_task_id
 
 from convrag.errors import DataError
-from convrag.jsonl import read_jsonl
+from convrag.jsonl import is_a, read_jsonl, type_name
 
 from .components import ComponentError, normalize_answerability
 from .scorer import GenerationTask
 
+MAX_CONTEXTS = 10
+"""The most contexts a submission line may carry (the official checker's limit)."""
+
 
 class TaskList(list):
-    """A list of tasks that also says where they came from and which tasks had no prediction."""
+    """A list of tasks that also says where they came from, which tasks had no prediction, and how many
+    predictions were empty or came with an empty ``contexts`` list."""
 
     def __init__(self, tasks: Iterable[GenerationTask] = (), *, source: str = "",
                  missing: list[str] | None = None) -> None:
         super().__init__(tasks)
         self.source = source
         self.missing = list(missing or [])
+        self.empty_contexts = 0
 
 
 def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def _literal(value: Any, name: str, path: str, line: int) -> Any:
+def _literal(value: Any, name: str, path: str, line: int | None) -> Any:
     """A field value; a string holding a Python/JSON list or dict is parsed."""
     if isinstance(value, str) and value.strip()[:1] in ("[", "{"):
         try:
@@ -53,14 +68,22 @@ def _literal(value: Any, name: str, path: str, line: int) -> Any:
     return value
 
 
-def _messages(value: Any, name: str, path: str, line: int, *, need_speaker: bool = True) -> list[dict[str, str]]:
-    value = _literal(value, name, path, line)
+def _list(obj: Mapping[str, Any], name: str, path: str, line: int | None, *, required: bool) -> list[Any] | None:
+    """The list in field ``name`` (literal strings parsed); None when absent and not ``required``."""
+    value = _literal(obj.get(name), name, path, line)
     if _missing(value):
-        return []
+        if required:
+            raise DataError(f"missing field {name!r}", path, line)
+        return None
     if not isinstance(value, list):
-        raise DataError(f"field {name!r} must be a list, got {type(value).__name__}", path, line)
+        raise DataError(f"field {name!r} must be a list, got {type_name(value)}", path, line)
+    return value
+
+
+def _messages(items: Sequence[Any], name: str, path: str, line: int | None, *,
+              need_speaker: bool = True) -> list[dict[str, str]]:
     out = []
-    for i, m in enumerate(value):
+    for i, m in enumerate(items):
         if not isinstance(m, Mapping) or not isinstance(m.get("text"), str) or (
                 need_speaker and not isinstance(m.get("speaker"), str)):
             keys = "'speaker' and 'text'" if need_speaker else "'text'"
@@ -69,20 +92,61 @@ def _messages(value: Any, name: str, path: str, line: int, *, need_speaker: bool
     return out
 
 
+def _conversation(obj: Mapping[str, Any], task_id: str, path: str, line: int | None) -> list[dict[str, str]]:
+    conversation = _messages(_list(obj, "input", path, line, required=True) or [], "input", path, line)
+    if not conversation:
+        raise DataError(f"task {task_id!r}: 'input' (the conversation) is empty", path, line)
+    return conversation
+
+
+def _references(obj: Mapping[str, Any], task_id: str, path: str, line: int | None) -> list[str]:
+    """The reference answers (``targets`` texts): at least one, none empty."""
+    targets = _messages(_list(obj, "targets", path, line, required=True) or [], "targets", path, line,
+                        need_speaker=False)
+    if not targets:
+        raise DataError(f"task {task_id!r}: 'targets' holds no reference answer", path, line)
+    for i, t in enumerate(targets):
+        if not t["text"].strip():
+            raise DataError(f"task {task_id!r}: targets[{i}].text (a reference answer) is empty", path, line)
+    return [t["text"] for t in targets]
+
+
 def _prediction_text(obj: Mapping[str, Any], path: str, line: int) -> str:
-    preds = _literal(obj.get("predictions"), "predictions", path, line)
-    if not isinstance(preds, list) or not preds:
+    """The first prediction's text; every prediction must be an object with a string ``text`` ("" allowed)."""
+    preds = _list(obj, "predictions", path, line, required=True) or []
+    if not preds:
         raise DataError("no predictions: expected 'predictions': [{'text': ...}]", path, line)
-    first = preds[0]
-    text = first.get("text") if isinstance(first, Mapping) else None
-    if not isinstance(text, str):
-        raise DataError("predictions[0] has no 'text' string", path, line)
-    if not text.strip():
-        raise DataError("predictions[0].text is empty", path, line)
-    return text
+    for i, p in enumerate(preds):
+        if not isinstance(p, Mapping):
+            raise DataError(f"predictions[{i}] must be an object, got {type_name(p)}", path, line)
+        if not isinstance(p.get("text"), str):
+            raise DataError(f"predictions[{i}] has no 'text' string", path, line)
+    return preds[0]["text"]
 
 
-def _answerability(value: Any, path: str, line: int) -> str | None:
+def _submission_contexts(obj: Mapping[str, Any], path: str, line: int) -> list[str] | None:
+    """Texts of a submission line's ``contexts`` (None when the line has none), checked as the official checker
+    checks them, plus a string ``text``."""
+    contexts = _list(obj, "contexts", path, line, required=False)
+    if contexts is None:
+        return None
+    if len(contexts) > MAX_CONTEXTS:
+        raise DataError(f"too many contexts ({len(contexts)}); at most {MAX_CONTEXTS} are allowed", path, line)
+    for i, c in enumerate(contexts):
+        if not isinstance(c, Mapping):
+            raise DataError(f"contexts[{i}] must be an object, got {type_name(c)}", path, line)
+        if not isinstance(c.get("document_id"), str):
+            raise DataError(f"contexts[{i}].document_id must be a string, got {type_name(c.get('document_id'))}",
+                            path, line)
+        if not is_a(c.get("score"), (int, float)):
+            raise DataError(f"contexts[{i}].score must be a number, got {type_name(c.get('score'))}", path, line)
+        if not isinstance(c.get("text"), str):
+            raise DataError(f"contexts[{i}].text must be a string (the judges read it), got "
+                            f"{type_name(c.get('text'))}", path, line)
+    return [c["text"] for c in contexts]
+
+
+def _answerability(value: Any, path: str, line: int | None) -> str | None:
     value = _literal(value, "answerability", path, line)
     if _missing(value):
         return None
@@ -92,7 +156,7 @@ def _answerability(value: Any, path: str, line: int) -> str | None:
         raise DataError(str(exc), path, line) from exc
 
 
-def _turn(value: Any, task_id: str, path: str, line: int) -> int | None:
+def _turn(value: Any, task_id: str, path: str, line: int | None) -> int | None:
     if _missing(value) or value == "":
         return None
     if isinstance(value, int) and not isinstance(value, bool):
@@ -113,27 +177,35 @@ def _domain(value: Any) -> str | None:
         return str(value)
 
 
+def _task_id(obj: Mapping[str, Any], path: str, line: int) -> str:
+    task_id = obj.get("task_id")
+    if task_id is None:
+        raise DataError("missing 'task_id'", path, line)
+    if not isinstance(task_id, str):
+        raise DataError(f"'task_id' must be a string, got {type_name(task_id)}", path, line)
+    if not task_id.strip():
+        raise DataError("'task_id' is empty", path, line)
+    return task_id
+
+
 def read_responses(path: str) -> TaskList:
     """Tasks with predictions from an official evaluation input file (e.g. ``responses-10.jsonl``)."""
     tasks = TaskList(source=str(path))
     first_line: dict[str, int] = {}
     for line, obj in read_jsonl(str(path)):
-        task_id = obj.get("task_id")
-        if not isinstance(task_id, str) or not task_id.strip():
-            raise DataError("missing 'task_id'", path, line)
+        task_id = _task_id(obj, path, line)
         if task_id in first_line:
             raise DataError(f"task {task_id!r} appears twice (first on line {first_line[task_id]})", path, line)
         first_line[task_id] = line
-        conversation = _messages(obj.get("input"), "input", path, line)
-        if not conversation:
-            raise DataError(f"task {task_id!r}: 'input' (the conversation) is missing or empty", path, line)
-        targets = _messages(obj.get("targets"), "targets", path, line, need_speaker=False)
-        contexts = _messages(obj.get("contexts"), "contexts", path, line, need_speaker=False)
+        conversation = _conversation(obj, task_id, path, line)
+        references = _references(obj, task_id, path, line)
+        contexts = _messages(_list(obj, "contexts", path, line, required=True) or [], "contexts", path, line,
+                             need_speaker=False)
+        tasks.empty_contexts += not contexts
         extra = {k: obj[k] for k in ("conversation_id", "task_type", "dataset") if isinstance(obj.get(k), str)}
         tasks.append(GenerationTask(
-            task_id=task_id, prediction=_prediction_text(obj, path, line),
-            references=[t["text"] for t in targets], passages=[c["text"] for c in contexts],
-            conversation=conversation,
+            task_id=task_id, prediction=_prediction_text(obj, path, line), references=references,
+            passages=[c["text"] for c in contexts], conversation=conversation,
             answerability=_answerability(obj.get("answerability", obj.get("Answerability")), path, line),
             domain=_domain(obj.get("domain", obj.get("collection", obj.get("Collection")))),
             turn=_turn(obj.get("turn"), task_id, path, line), passage_source="contexts", extra=extra,
@@ -145,45 +217,39 @@ def read_predictions(path: str) -> dict[str, tuple[int, str, list[str] | None]]:
     """{canonical task id: (line, prediction text, context texts or None)} of a submission file."""
     out: dict[str, tuple[int, str, list[str] | None]] = {}
     for line, obj in read_jsonl(str(path)):
-        raw_id = obj.get("task_id")
-        if not isinstance(raw_id, str) or not raw_id.strip():
-            raise DataError("missing 'task_id'", path, line)
+        raw_id = _task_id(obj, str(path), line)
         task_id = normalize_task_id(raw_id, str(path), line)
         if task_id in out:
             raise DataError(f"task {raw_id!r} appears twice (first on line {out[task_id][0]})", path, line)
-        text = _prediction_text(obj, str(path), line)
-        contexts = None
-        if "contexts" in obj and not _missing(obj["contexts"]):
-            contexts = [c["text"] for c in _messages(obj["contexts"], "contexts", str(path), line,
-                                                      need_speaker=False)]
-        out[task_id] = (line, text, contexts)
+        out[task_id] = (line, _prediction_text(obj, str(path), line), _submission_contexts(obj, str(path), line))
     return out
 
 
-def tasks_from_rows(rows: Iterable[Mapping[str, Any]], predictions_path: str, *,
-                    allow_missing: bool = False) -> TaskList:
+Origin = tuple[str, int | None]
+"""Where a built row comes from: (Parquet file, 1-based row number in it)."""
+
+
+def tasks_from_rows(rows: Iterable[Mapping[str, Any]], predictions_path: str, *, allow_missing: bool = False,
+                    origins: Sequence[Origin] | None = None) -> TaskList:
     """Join built ``*-tasks`` rows with a submission file. Unknown task ids are errors; tasks without a prediction
-    are an error unless ``allow_missing`` (then they are left out and listed in ``TaskList.missing``)."""
+    are an error unless ``allow_missing`` (then they are left out and listed in ``TaskList.missing``).
+    ``origins[i]``: the file and row of ``rows[i]``, named by errors in it (default: ``tasks rows``, index)."""
     preds = read_predictions(predictions_path)
     tasks = TaskList(source=str(predictions_path))
     seen: set[str] = set()
     for index, row in enumerate(rows, start=1):
-        where = "tasks rows"
+        where, at = origins[index - 1] if origins is not None else ("tasks rows", index)
         raw_id = row.get("task_id")
         if not isinstance(raw_id, str) or not raw_id:
-            raise DataError("row without a task_id", where, index)
-        task_id = normalize_task_id(raw_id, where, index)
+            raise DataError("no task_id", where, at)
+        task_id = normalize_task_id(raw_id, where, at)
         if task_id in seen:
-            raise DataError(f"task {raw_id!r} appears twice", where, index)
+            raise DataError(f"task {raw_id!r} appears twice", where, at)
         seen.add(task_id)
         if task_id not in preds:
             tasks.missing.append(task_id)
             continue
         _, text, contexts = preds[task_id]
-        conversation = _messages(row.get("input"), "input", where, index)
-        if not conversation:
-            raise DataError(f"task {task_id!r}: 'input' is empty", where, index)
-        targets = _messages(row.get("targets"), "targets", where, index, need_speaker=False)
         extra: dict[str, Any] = {k: row[k] for k in ("conversation_id", "multi_turn", "standalone", "collection")
                                  if isinstance(row.get(k), str) and row[k]}
         if contexts is None:
@@ -193,10 +259,12 @@ def tasks_from_rows(rows: Iterable[Mapping[str, Any]], predictions_path: str, *,
             source = "reference"
         else:
             passages, source = contexts, "prediction"
+            tasks.empty_contexts += not contexts
         tasks.append(GenerationTask(
-            task_id=task_id, prediction=text, references=[t["text"] for t in targets], passages=passages,
-            conversation=conversation, answerability=_answerability(row.get("answerability"), where, index),
-            domain=_domain(row.get("domain")), turn=_turn(row.get("turn"), task_id, where, index),
+            task_id=task_id, prediction=text, references=_references(row, task_id, where, at), passages=passages,
+            conversation=_conversation(row, task_id, where, at),
+            answerability=_answerability(row.get("answerability"), where, at),
+            domain=_domain(row.get("domain")), turn=_turn(row.get("turn"), task_id, where, at),
             passage_source=source, extra=extra,
         ))  # fmt: skip
     unknown = sorted(set(preds) - seen, key=lambda t: preds[t][0])

@@ -1,26 +1,28 @@
-"""LLM judges of MTRAG generation scoring, all through ``convrag.llm``.
+"""LLM judges of MTRAG generation scoring, all through ``convrag.llm``; replies are read by :mod:`.parsers`.
 
-- IDK: does the reply say, fully or partly, that the information is missing? The first alphabetic token of the
-  judge's reply decides: yes -> 1, no -> 0, partial -> 0.5, anything else -> 0.5 with ``fallback=True``.
+- IDK: does the reply say, fully or partly, that the information is missing? Official: the word the reply starts
+  with (:func:`~.parsers.official_idk`); strict: its first alphabetic word (:func:`~.parsers.parse_idk`).
 - Clarification (UNDERSPECIFIED tasks): does the reply ask the user for the missing information? JSON
-  ``{decision, explanation}``: yes -> 1, no -> 0; no valid reply after the LLM layer's re-asks -> 0.5, fallback.
-- RB_llm: a 1-10 rating after RAD-Bench, divided by 10. The rating is read from ``[[N]]`` (last one), else
-  ``Rating: N``, else ``N/10`` or ``N out of 10``; as in the official parser a value outside (0, 10] or no value
-  gives 0.5 with ``fallback=True``. Several judges: the median of their values (each judge's fallback included).
+  ``{decision, explanation}``. Official: one call read by :func:`~.parsers.official_clarification` (0.5 when
+  unreadable); strict: structured output with re-asks, no valid reply -> parse failure.
+- RB_llm: a 1-10 rating after RAD-Bench, divided by 10. Official: :func:`~.parsers.official_rating` (0.5 when
+  unreadable or out of range); strict: :func:`~.parsers.parse_rating`. Several judges: the median of their values.
 - RL_F: claims are extracted from the answer (step 1; repeated claims count once) and checked against the
   passages in one call (step 2); score = supported / claims. No claims -> ``None`` (undefined: RAGAS returns
-  NaN and the official mean skips it); no passages -> every claim unsupported (0.0) without the step-2 call;
-  an LLM failure -> ``None`` with ``fallback=True``.
+  NaN and the official mean skips it); no passages -> every claim unsupported (0.0) without the step-2 call.
+  Official mode asks once per step, strict mode re-asks; an unreadable reply -> ``None``, flagged.
 
-Every LLM failure (after the client's retries and re-asks) is caught here, recorded in the outcome's ``error``
-and flagged ``fallback``; nothing is turned into a score silently. With several judges, IDK, clarification and
-RL_F use the first one; RB_llm asks all of them.
+Two kinds of trouble are kept apart. ``fallback``: the judge answered but its reply could not be read, and the
+official default (0.5, "unknown", undefined) was used (official mode) or nothing was (strict mode, value None).
+``call_failed``: the call itself failed after the client's retries (connection refused, timeout, HTTP error);
+the value is None and the task must not be scored. :class:`~convrag.llm.EndpointUnreachable` (a dead endpoint)
+is not caught here: it ends the run. With several judges, IDK, clarification and RL_F use the first one;
+RB_llm asks all of them.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +31,29 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from convrag.llm import LLM, LLMError, PromptError, PromptTemplate, get_llm, load_prompt
+from convrag.llm import (
+    LLM,
+    EndpointUnreachable,
+    LLMError,
+    PromptError,
+    PromptTemplate,
+    UnparsableReply,
+    get_llm,
+    is_placeholder,
+    load_prompt,
+)
+from convrag.llm.spec import REAL_MODEL_HINT, SPEC_ENV
+
+from .parsers import (
+    leading_word,
+    official_clarification_read,
+    official_idk,
+    official_rating,
+    official_rating_read,
+    parse_idk,
+    parse_rating,
+    rating_value,
+)
 
 DEFAULT_PROMPTS = {
     "idk": "gen_idk", "clarification": "gen_clarification", "rb_llm": "gen_rb_llm",
@@ -83,32 +107,36 @@ def conversation_text(conversation: Sequence[Mapping[str, Any]]) -> str:
 # --- outcomes ---------------------------------------------------------------------------------------------------
 @dataclass
 class IdkJudgement:
-    """IDK judge: ``value`` 1 / 0.5 / 0, the judge's ``raw`` reply and the ``label`` read from it."""
+    """IDK judge: ``value`` 1 / 0.5 / 0 or None (unreadable or failed), the ``raw`` reply and the ``label`` read
+    from it (official: the leading word, or ``"unknown"`` when the reply does not start with one)."""
 
-    value: float
+    value: float | None
     raw: str | None
     label: str | None
     fallback: bool
     error: str | None = None
+    call_failed: bool = False
 
 
 @dataclass
 class ClarificationJudgement:
-    """Clarification judge: ``value`` 1 / 0 (0.5 on fallback), decision and explanation."""
+    """Clarification judge: ``value`` 1 / 0 (official: 0.5 when unreadable; strict: None), decision, explanation."""
 
-    value: float
+    value: float | None
     raw: str | None
     decision: str | None
     explanation: str | None
     fallback: bool
     error: str | None = None
+    call_failed: bool = False
 
 
 @dataclass
 class RatingJudgement:
-    """RB_llm: ``value`` = median of the judges' rating/10 (0.5 for a judge whose rating is unusable)."""
+    """RB_llm: ``value`` = median of the judges' rating/10 (official: 0.5 for an unusable rating; None when a
+    rating is unusable in strict mode or a call failed)."""
 
-    value: float
+    value: float | None
     ratings: list[float | None]
     raw: list[str | None]
     judges: list[str]
@@ -119,10 +147,15 @@ class RatingJudgement:
     def fallback(self) -> bool:
         return any(self.fallbacks)
 
+    @property
+    def call_failed(self) -> bool:
+        return any(self.errors)
+
 
 @dataclass
 class FaithfulnessJudgement:
-    """RL_F: supported / total claims; ``value`` None when undefined (no claims) or failed (``fallback``)."""
+    """RL_F: supported / total claims; ``value`` None when undefined (no claims), unreadable (``fallback``) or
+    failed (``call_failed``)."""
 
     value: float | None
     claims: list[str]
@@ -131,53 +164,11 @@ class FaithfulnessJudgement:
     fallback: bool
     note: str | None = None
     error: str | None = None
+    call_failed: bool = False
 
     @property
     def supported(self) -> int:
         return sum(self.verdicts)
-
-
-# --- parsing ----------------------------------------------------------------------------------------------------
-_FIRST_WORD = re.compile(r"[A-Za-z]+")
-
-
-def parse_idk(text: str | None) -> tuple[float, str | None, bool]:
-    """(value, label, fallback) from the IDK judge's reply: its first alphabetic token decides."""
-    match = _FIRST_WORD.search(text or "")
-    token = match.group(0).lower() if match else None
-    if token == "yes":
-        return 1.0, "yes", False
-    if token == "no":
-        return 0.0, "no", False
-    if token == "partial":
-        return 0.5, "partial", False
-    return 0.5, None, True
-
-
-_NUMBER = r"([-+]?\d+(?:\.\d+)?)"
-_RATING_PATTERNS = [re.compile(r"\[\[\s*" + _NUMBER + r"\s*(?:/\s*10\s*)?\]\]"),
-                    re.compile(r"rating\s*[:=]?\s*\**\s*" + _NUMBER, re.IGNORECASE),
-                    re.compile(_NUMBER + r"\s*(?:/\s*10|out of 10)\b", re.IGNORECASE)]
-_EXAMPLE_LINE = re.compile(r"for (?:example|instance)\b.*$", re.IGNORECASE | re.MULTILINE)
-
-
-def parse_rating(text: str | None) -> float | None:
-    """The 1-10 rating in a judge reply (last ``[[N]]``, else last ``Rating: N``, else ``N/10``), or None."""
-    if not text:
-        return None
-    text = _EXAMPLE_LINE.sub("", text)
-    for pattern in _RATING_PATTERNS:
-        found = pattern.findall(text)
-        if found:
-            return float(found[-1])
-    return None
-
-
-def rating_value(rating: float | None) -> tuple[float, bool]:
-    """(rating / 10, fallback): a missing rating or one outside (0, 10] becomes 0.5 (official fallback)."""
-    if rating is None or not 0 < rating <= 10:
-        return 0.5, True
-    return rating / 10.0, False
 
 
 class ClarificationReply(BaseModel):
@@ -214,7 +205,32 @@ def unique_claims(items: Sequence[Any]) -> list[str]:
     return out
 
 
+def _failure(exc: LLMError) -> tuple[str, bool]:
+    """(error text, call_failed) of an LLM error: True for a failed call, False for replies that never parsed.
+    A dead endpoint is re-raised: it ends the run."""
+    if isinstance(exc, EndpointUnreachable):
+        raise exc
+    return f"{type(exc).__name__}: {exc}", not isinstance(exc, UnparsableReply)
+
+
 # --- the judges ---------------------------------------------------------------------------------------------------
+MODES = ("official", "strict")
+
+
+NO_JUDGE = ("no judge chosen: judge-based scoring needs an explicit judge model; " + REAL_MODEL_HINT
+            + "; or set $CONVRAG_LLM. 'default' selects the embedded SmolLM2-135M placeholder, which only shows that "
+            "the plumbing works")
+
+
+def resolve_judge(judge: JudgeSpec | Sequence[JudgeSpec] | None) -> JudgeSpec | Sequence[JudgeSpec]:
+    """``judge`` itself, or ``$CONVRAG_LLM`` when None; an :class:`LLMError` saying how to choose one otherwise."""
+    if judge is None:
+        judge = os.environ.get(SPEC_ENV) or None
+    if judge is None or (isinstance(judge, str) and not judge.strip()):
+        raise LLMError(NO_JUDGE)
+    return judge
+
+
 def make_llms(judge: JudgeSpec | Sequence[JudgeSpec]) -> list[LLM]:
     """LLM objects for a spec string, an LLM, or a list of them (an ensemble)."""
     items = [judge] if isinstance(judge, (str, LLM)) else list(judge)
@@ -224,11 +240,18 @@ def make_llms(judge: JudgeSpec | Sequence[JudgeSpec]) -> list[LLM]:
 
 
 class GenerationJudges:
-    """The four judges over one or several LLMs, with replaceable prompts (``prompts[role] = name or path``)."""
+    """The four judges over one or several LLMs, with replaceable prompts (``prompts[role] = name or path``).
 
-    def __init__(self, judge: JudgeSpec | Sequence[JudgeSpec] = "default",
+    ``mode``: ``official`` reads replies exactly as the official scripts do, one call per judgement and no
+    re-ask; ``strict`` reads them our stricter way and re-asks structured judges (see :mod:`.parsers`).
+    """
+
+    def __init__(self, judge: JudgeSpec | Sequence[JudgeSpec],
                  prompts: Mapping[str, str | PromptTemplate] | None = None,
-                 max_tokens: Mapping[str, int] | None = None) -> None:
+                 max_tokens: Mapping[str, int] | None = None, mode: str = "official") -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; use one of {MODES}")
+        self.mode = mode
         self.llms = make_llms(judge)
         unknown = set(prompts or {}) - set(DEFAULT_PROMPTS)
         if unknown:
@@ -244,9 +267,17 @@ class GenerationJudges:
     def primary(self) -> LLM:
         return self.llms[0]
 
+    @property
+    def attempts(self) -> int | None:
+        """Replies per structured judgement: 1 in official mode (no re-ask), the client's setting in strict."""
+        return 1 if self.mode == "official" else None
+
     def describe(self) -> dict[str, Any]:
-        """Judge specs and prompt sources (stored with every result)."""
+        """Judge specs and models, whether they are the placeholder, prompt sources (stored with every result)."""
         return {"judges": [llm.spec for llm in self.llms],
+                "models": [llm.backend.model for llm in self.llms],
+                "placeholder": any(is_placeholder(llm) for llm in self.llms),
+                "mode": self.mode,
                 "prompts": {role: t.source for role, t in self.prompts.items()},
                 "max_tokens": dict(self.max_tokens)}
 
@@ -255,18 +286,34 @@ class GenerationJudges:
         try:
             text = self.primary.chat(msgs, max_tokens=self.max_tokens["idk"]).text
         except LLMError as exc:
-            return IdkJudgement(0.5, None, None, True, f"{type(exc).__name__}: {exc}")
-        value, label, fallback = parse_idk(text)
-        return IdkJudgement(value, text, label, fallback)
+            return IdkJudgement(None, None, None, False, _failure(exc)[0], call_failed=True)
+        if self.mode == "strict":
+            value, label, failed = parse_idk(text)
+            return IdkJudgement(value, text, label, failed)
+        got, label = official_idk(text), leading_word(text)
+        if got == "unknown":
+            return IdkJudgement(None, text, "unknown", True)
+        return IdkJudgement(float(got), text, label, label not in ("yes", "no", "partial"))
 
     def clarification(self, conversation: Sequence[Mapping[str, Any]], response: str) -> ClarificationJudgement:
         msgs = _render(self.prompts["clarification"],
                        {"conversation": conversation_text(conversation), "response": response})
+        if self.mode == "official":
+            try:
+                text = self.primary.chat(msgs, max_tokens=self.max_tokens["clarification"]).text
+            except LLMError as exc:
+                return ClarificationJudgement(None, None, None, None, False, _failure(exc)[0], call_failed=True)
+            value, parsed = official_clarification_read(text)
+            decision = {1.0: "yes", 0.0: "no"}.get(value)
+            explanation = parsed.get("explanation") if parsed else None
+            return ClarificationJudgement(value, text, decision, explanation if isinstance(explanation, str) else None,
+                                          decision is None)
         try:
             parsed = self.primary.structured(msgs, ClarificationReply, max_tokens=self.max_tokens["clarification"])
         except LLMError as exc:
-            return ClarificationJudgement(0.5, getattr(exc, "last_text", None), None, None, True,
-                                          f"{type(exc).__name__}: {exc}")
+            error, failed = _failure(exc)
+            return ClarificationJudgement(None, getattr(exc, "last_text", None), None, None, not failed, error,
+                                          call_failed=failed)
         reply = parsed.value
         return ClarificationJudgement(1.0 if reply.decision == "yes" else 0.0, parsed.text, reply.decision,
                                       reply.explanation, False)
@@ -277,24 +324,31 @@ class GenerationJudges:
                   "question": str(conversation[-1]["text"]) if conversation else "",
                   "reference": reference, "response": response, "passages": list(passages)}
         msgs = _render(self.prompts["rb_llm"], values)
-        out = RatingJudgement(0.5, [], [], [], [])
-        scores = []
+        out = RatingJudgement(None, [], [], [], [])
+        scores: list[float | None] = []
         for llm in self.llms:
             out.judges.append(llm.spec)
             try:
-                text = llm.chat(msgs, max_tokens=self.max_tokens["rb_llm"]).text
+                text: str | None = llm.chat(msgs, max_tokens=self.max_tokens["rb_llm"]).text
             except LLMError as exc:
-                text, error = None, f"{type(exc).__name__}: {exc}"
+                text, error = None, _failure(exc)[0]
             else:
                 error = None
-            rating = parse_rating(text)
-            value, fallback = rating_value(rating)
+            if error is not None:
+                rating, value, fallback = None, None, False
+            elif self.mode == "strict":
+                rating = parse_rating(text)
+                value, fallback = rating_value(rating)
+            else:
+                rating, value = official_rating_read(text), official_rating(text)
+                fallback = rating is None or not 0 < rating / 10 <= 1
             out.ratings.append(rating)
             out.raw.append(text)
             out.fallbacks.append(fallback)
             out.errors.append(error)
             scores.append(value)
-        out.value = float(statistics.median(scores))
+        if all(v is not None for v in scores):
+            out.value = float(statistics.median(scores))
         return out
 
     def rl_f(self, conversation: Sequence[Mapping[str, Any]], response: str,
@@ -303,11 +357,13 @@ class GenerationJudges:
         msgs = _render(self.prompts["faithfulness_claims"],
                        {"question": conversation_text(conversation), "response": response})
         try:
-            parsed = self.primary.structured(msgs, _CLAIMS_SCHEMA, max_tokens=self.max_tokens["faithfulness_claims"])
+            parsed = self.primary.structured(msgs, _CLAIMS_SCHEMA, attempts=self.attempts,
+                                             max_tokens=self.max_tokens["faithfulness_claims"])
         except LLMError as exc:
             raw["claims"] = getattr(exc, "last_text", None)
-            return FaithfulnessJudgement(None, [], [], raw, True, "claim extraction failed",
-                                         f"{type(exc).__name__}: {exc}")
+            error, failed = _failure(exc)
+            return FaithfulnessJudgement(None, [], [], raw, not failed, "claim extraction failed", error,
+                                         call_failed=failed)
         raw["claims"] = parsed.text
         claims = unique_claims(parsed.value["claims"])
         if not claims:
@@ -322,12 +378,13 @@ class GenerationJudges:
             return None if got == n else f"give exactly {n} verdicts, one per claim in order (got {got})"
 
         try:
-            parsed = self.primary.structured(msgs, _verdicts_schema(n), check=same_length,
+            parsed = self.primary.structured(msgs, _verdicts_schema(n), check=same_length, attempts=self.attempts,
                                              max_tokens=self.max_tokens["faithfulness_verdicts"])
         except LLMError as exc:
             raw["verdicts"] = getattr(exc, "last_text", None)
-            return FaithfulnessJudgement(None, claims, [], raw, True, "claim verification failed",
-                                         f"{type(exc).__name__}: {exc}")
+            error, failed = _failure(exc)
+            return FaithfulnessJudgement(None, claims, [], raw, not failed, "claim verification failed", error,
+                                         call_failed=failed)
         raw["verdicts"] = parsed.text
         verdicts = [v["supported"] == "yes" for v in parsed.value["verdicts"]]
         return FaithfulnessJudgement(sum(verdicts) / n, claims, verdicts, raw, False)

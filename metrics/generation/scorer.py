@@ -5,11 +5,17 @@ For every task: the algorithmic components (against the FIRST reference answer, 
 the clarification judge (UNDERSPECIFIED tasks under the ``mtrag-un`` conditioning), RB_llm and RL_F; then each
 metric conditioned on the task's answerability and the per-task harmonic mean of the conditioned metrics.
 
-Modes: ``official`` applies the official 0.5 fallbacks for judge replies that cannot be parsed and counts them;
-``strict`` leaves every task with a judge fallback out of all aggregates (listed in
-``summary["counts"]["excluded_task_ids"]``). A metric that is undefined for a task (RL_F of an answer without
-claims, or after an RL_F failure) is left out of that metric's mean and of the per-task harmonic mean, and counted
-in ``summary["counts"]["undefined"]``, mirroring the official NaN handling.
+Modes (the reading of judge replies, see ``parsers``): ``official`` reads every reply exactly as the official
+scripts do, with their defaults for unreadable replies (0.5, or an IDK "unknown" that lets the raw metric through),
+counted per judge in ``summary["counts"]["fallbacks"]``; ``strict`` reads replies our stricter way, re-asks
+structured judges, and leaves every task with an unreadable reply out of all aggregates (counted, listed).
+
+A judge CALL that fails (after the LLM client's retries) is never scored, in either mode: the task is left out
+of every mean and counted in ``summary["counts"]["call_failures"]``; when every task failed, or the client's
+breaker finds the endpoint unreachable, scoring stops with an :class:`~convrag.llm.LLMError`. A metric that is
+undefined for a task (RL_F of an answer without claims, or an unreadable RL_F reply) is left out of that metric's
+mean and of the per-task harmonic mean, and counted in ``summary["counts"]["undefined"]``, mirroring the
+official NaN handling.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from convrag.errors import DataError
-from convrag.llm import LLM, PromptTemplate
+from convrag.llm import LLM, LLMError, PromptTemplate
 
 from .aggregate import CONDITIONED, summarize
 from .components import (
@@ -37,9 +43,8 @@ from .components import (
     recall_batch,
     rouge_l,
 )
-from .judges import GenerationJudges, JudgeSpec
+from .judges import MODES, GenerationJudges, JudgeSpec, resolve_judge
 
-MODES = ("official", "strict")
 METRICS = CONDITIONED
 
 
@@ -119,66 +124,44 @@ def _judge_task(judges: GenerationJudges, t: GenerationTask, metrics: Sequence[s
     row: dict[str, Any] = {}
     idk = judges.idk(t.conversation, t.prediction)
     row.update(idk=idk.value, idk_label=idk.label, idk_output=idk.raw)
-    fallbacks: dict[str, bool | None] = {"idk": idk.fallback, "clarification": None, "rb_llm": None, "rl_f": None}
-    errors: dict[str, Any] = {"idk": idk.error}
+    outcomes: dict[str, Any] = {"idk": idk, "clarification": None, "rb_llm": None, "rl_f": None}
     row.update(clarification=None, clarification_decision=None, clarification_explanation=None,
                clarification_output=None)
     if needs_clarification(t.answerability, conditioning):
-        c = judges.clarification(t.conversation, t.prediction)
+        c = outcomes["clarification"] = judges.clarification(t.conversation, t.prediction)
         row.update(clarification=c.value, clarification_decision=c.decision,
                    clarification_explanation=c.explanation, clarification_output=c.raw)
-        fallbacks["clarification"], errors["clarification"] = c.fallback, c.error
     row.update(rb_llm_raw=None, rb_llm_ratings=None, rb_llm_judges=None, rb_llm_outputs=None)
     if "rb_llm" in metrics:
-        r = judges.rb_llm(t.conversation, t.references[0], t.prediction, t.passages)
+        r = outcomes["rb_llm"] = judges.rb_llm(t.conversation, t.references[0], t.prediction, t.passages)
         row.update(rb_llm_raw=r.value, rb_llm_ratings=r.ratings, rb_llm_judges=r.judges, rb_llm_outputs=r.raw)
-        fallbacks["rb_llm"], errors["rb_llm"] = r.fallback, [e for e in r.errors if e] or None
     row.update(rl_f_raw=None, rl_f_claims=None, rl_f_verdicts=None, rl_f_supported=None, rl_f_total=None,
                rl_f_note=None, rl_f_outputs=None)
     if "rl_f" in metrics:
-        f = judges.rl_f(t.conversation, t.prediction, t.passages)
+        f = outcomes["rl_f"] = judges.rl_f(t.conversation, t.prediction, t.passages)
         row.update(rl_f_raw=f.value, rl_f_claims=f.claims, rl_f_verdicts=f.verdicts, rl_f_supported=f.supported,
                    rl_f_total=len(f.claims), rl_f_note=f.note, rl_f_outputs=f.raw)
-        fallbacks["rl_f"], errors["rl_f"] = f.fallback, f.error
-    row["fallbacks"] = fallbacks
+    row["judge"] = judges.primary.spec
+    row["fallbacks"] = {j: None if o is None else o.fallback for j, o in outcomes.items()}
+    row["call_failures"] = {j: None if o is None else o.call_failed for j, o in outcomes.items()}
+    errors = {j: (([e for e in o.errors if e] or None) if j == "rb_llm" else o.error)
+              for j, o in outcomes.items() if o is not None}
     row["errors"] = {k: v for k, v in errors.items() if v}
     return row
 
 
-def _make_scorer(bertscore_model: str | BertScorer | None) -> BertScorer:
-    return bertscore_model if isinstance(bertscore_model, BertScorer) else BertScorer(bertscore_model)
+def _exclusion(row: Mapping[str, Any], mode: str) -> str | None:
+    """Why a task is left out of every mean: a failed judge call (any mode), an unreadable reply (strict)."""
+    if any(row["call_failures"].values()):
+        return "judge call failed"
+    if mode == "strict" and any(row["fallbacks"].values()):
+        return "unreadable judge reply (strict mode)"
+    return None
 
 
-def score_generation(tasks: Sequence[GenerationTask], judge: JudgeSpec | Sequence[JudgeSpec] = "default",
-                     bertscore_model: str | BertScorer | None = None, mode: str = "official",
-                     conditioning: str = "mtrag-un", prompts: Mapping[str, str | PromptTemplate] | None = None,
-                     metrics: Sequence[str] = METRICS, n_bootstrap: int = 1000, seed: int = 0,
-                     progress: bool = True, max_tokens: Mapping[str, int] | None = None,
-                     concurrency: int = 4) -> GenerationResult:
-    """Score generated answers; see the module docstring for the definitions, modes and undefined values.
-
-    ``judge``: an LLM spec (``"default"``, ``"openai:MODEL@URL"``, ...), an :class:`~convrag.llm.LLM`, or a list
-    of them (RB_llm takes the median over all; the other judges use the first). ``bertscore_model``: a model path
-    or name, or a ready :class:`BertScorer` (default: the bundled MiniLM). ``prompts``: replacement prompts by
-    role (``idk``, ``clarification``, ``rb_llm``, ``faithfulness_claims``, ``faithfulness_verdicts``), each a
-    prompt name or a YAML file path. ``metrics``: a subset of ``("rb_alg", "rb_llm", "rl_f")`` (the IDK judge
-    always runs). ``max_tokens``: reply limits per judge role (see ``judges.DEFAULT_MAX_TOKENS``).
-    ``concurrency``: tasks judged at once (1 for in-process backends that serialise calls).
-    """
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; use one of {MODES}")
-    if conditioning not in CONDITIONING_VARIANTS:
-        raise ValueError(f"unknown conditioning {conditioning!r}; use one of {CONDITIONING_VARIANTS}")
-    metrics = tuple(metrics)
-    if not metrics or set(metrics) - set(METRICS) or len(set(metrics)) != len(metrics):
-        raise ValueError(f"metrics must be distinct names from {METRICS}, got {list(metrics)}")
-    tasks = _check_tasks(list(tasks), metrics)
-    judges = GenerationJudges(judge, prompts=prompts, max_tokens=max_tokens)
-    t0 = time.perf_counter()
-    scorer = _make_scorer(bertscore_model) if "rb_alg" in metrics else None
-    algo = _algorithmic(tasks, scorer) if scorer is not None and tasks else [{} for _ in tasks]
-    t_algo = time.perf_counter() - t0
-
+def _judge_all(judges: GenerationJudges, tasks: Sequence[GenerationTask], metrics: Sequence[str],
+               conditioning: str, concurrency: int, progress: bool) -> list[dict[str, Any]]:
+    """Judge every task in up to ``concurrency`` threads; the first error (a dead endpoint) cancels the rest."""
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -192,10 +175,57 @@ def score_generation(tasks: Sequence[GenerationTask], judge: JudgeSpec | Sequenc
         return out
 
     workers = 1 if all(not getattr(llm.backend, "parallel", True) for llm in judges.llms) else concurrency
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        judged = list(pool.map(judge_one, tasks))
-    if bar is not None:
-        bar.close()
+    pool = ThreadPoolExecutor(max_workers=max(1, workers))
+    try:
+        futures = [pool.submit(judge_one, t) for t in tasks]
+        return [f.result() for f in futures]
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        if bar is not None:
+            bar.close()
+
+
+def _make_scorer(bertscore_model: str | BertScorer | None) -> BertScorer:
+    return bertscore_model if isinstance(bertscore_model, BertScorer) else BertScorer(bertscore_model)
+
+
+def score_generation(tasks: Sequence[GenerationTask], judge: JudgeSpec | Sequence[JudgeSpec] | None = None,
+                     bertscore_model: str | BertScorer | None = None, mode: str = "official",
+                     conditioning: str = "mtrag-un", prompts: Mapping[str, str | PromptTemplate] | None = None,
+                     metrics: Sequence[str] = METRICS, n_bootstrap: int = 1000, seed: int = 0,
+                     progress: bool = True, max_tokens: Mapping[str, int] | None = None,
+                     concurrency: int = 4) -> GenerationResult:
+    """Score generated answers; see the module docstring for the definitions, modes and undefined values.
+
+    ``judge``: an LLM spec (``"openai:MODEL@URL"``, ``"hf:PATH"``, ``"default"`` for the embedded placeholder,
+    ...), an :class:`~convrag.llm.LLM`, or a list of them (RB_llm takes the median over all; the other judges use
+    the first); None takes ``$CONVRAG_LLM`` and is an error when that is unset: the judge is always chosen
+    explicitly. ``bertscore_model``: a model path or name, or a ready :class:`BertScorer` (default: the bundled
+    MiniLM). ``prompts``: replacement prompts by role (``idk``, ``clarification``, ``rb_llm``,
+    ``faithfulness_claims``, ``faithfulness_verdicts``), each a prompt name or a YAML file path. ``metrics``: a
+    subset of ``("rb_alg", "rb_llm", "rl_f")`` (the IDK judge always runs). ``max_tokens``: reply limits per judge
+    role (see ``judges.DEFAULT_MAX_TOKENS``). ``concurrency``: tasks judged at once (1 for in-process backends
+    that serialise calls).
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; use one of {MODES}")
+    if conditioning not in CONDITIONING_VARIANTS:
+        raise ValueError(f"unknown conditioning {conditioning!r}; use one of {CONDITIONING_VARIANTS}")
+    metrics = tuple(metrics)
+    if not metrics or set(metrics) - set(METRICS) or len(set(metrics)) != len(metrics):
+        raise ValueError(f"metrics must be distinct names from {METRICS}, got {list(metrics)}")
+    tasks = _check_tasks(list(tasks), metrics)
+    judges = GenerationJudges(resolve_judge(judge), prompts=prompts, max_tokens=max_tokens, mode=mode)
+    t0 = time.perf_counter()
+    judged = _judge_all(judges, tasks, metrics, conditioning, concurrency, progress)  # first: a dead judge stops early
+    if judged and all(any(j["call_failures"].values()) for j in judged):
+        first = next(iter(judged[0]["errors"].values()))
+        raise LLMError(f"judge {judges.primary.spec}: a judge call failed on every one of the {len(judged)} tasks; "
+                       f"first: {first if isinstance(first, str) else first[0]}")
+    t1 = time.perf_counter()
+    scorer = _make_scorer(bertscore_model) if "rb_alg" in metrics else None
+    algo = _algorithmic(tasks, scorer) if scorer is not None and tasks else [{} for _ in tasks]
+    t_algo = time.perf_counter() - t1
 
     rows = []
     for t, a, j in zip(tasks, algo, judged, strict=True):
@@ -205,18 +235,19 @@ def score_generation(tasks: Sequence[GenerationTask], judge: JudgeSpec | Sequenc
             "recall": a.get("recall"), "rouge_l": a.get("rouge_l"), "k_precision": a.get("k_precision"),
             "rb_alg_raw": a.get("rb_alg_raw"), **j,
         }
-        clar = row["clarification"]
-        for m in metrics:
-            row[m] = condition(row[f"{m}_raw"], t.answerability, row["idk"], clar, conditioning)
+        reason = _exclusion(row, mode)
         for m in METRICS:
-            row.setdefault(m, None)
+            row[m] = None if reason or m not in metrics else condition(
+                row[f"{m}_raw"], t.answerability, row["idk"], row["clarification"], conditioning)
         values = [row[m] for m in metrics]
         row["harmonic"] = None if any(v is None for v in values) else harmonic_mean(values)
-        row["excluded"] = mode == "strict" and any(row["fallbacks"].values())
+        row["excluded"] = reason is not None
+        row["excluded_reason"] = reason
         row["extra"] = dict(t.extra)
         rows.append(row)
 
     summary = summarize(rows, metrics=metrics, mode=mode, n_bootstrap=n_bootstrap, seed=seed)
+    summary["counts"]["empty_predictions"] = sum(1 for t in tasks if not t.prediction.strip())
     summary.update(
         conditioning=conditioning,
         bertscore=scorer.describe() if scorer is not None else None,

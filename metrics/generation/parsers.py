@@ -1,0 +1,160 @@
+"""Reading judge replies: the official rules (IBM's MTRAG evaluation scripts, reproduced exactly) and our
+stricter reading, as plain functions.
+
+Official (``mode="official"``), as ``scripts/evaluation/judge_utils.py`` / ``judge_wrapper.py`` read replies:
+
+- :func:`official_idk`: a reply that is not a string (a failed call) -> None; otherwise the letters at the very
+  start of the reply (after white space) decide: ``yes`` -> 1, ``no`` -> 0, any other word -> 0.5; a reply that
+  does not start with a letter (``**Yes**``, ``"yes"``, ``- yes``, ``1``, empty) -> ``"unknown"``. None and
+  ``"unknown"`` let the raw metric through the conditioning (see ``components.condition``).
+- :func:`official_rating`: ``for example: ...`` is cut from every line, then twelve patterns are tried in a fixed
+  order (:data:`OFFICIAL_RATING_PATTERNS`); each one that matches replaces the value with its FIRST match / 10, so
+  the last matching pattern wins. No match, or a value outside (0, 1] -> 0.5.
+- :func:`official_clarification`: the JSON in a ```` ```json ```` fence, else the text from the first ``{`` to
+  the first ``}``; invalid backslash escapes removed, braces restored, ``json.loads``; ``decision`` (lower-cased)
+  yes -> 1, no -> 0, anything else or any failure -> 0.5.
+
+Strict (``mode="strict"``): :func:`parse_idk` reads the first alphabetic word anywhere (``**Yes**`` is yes) and
+only yes / no / partial count; :func:`parse_rating` takes the last ``[[N]]``, else ``Rating: N``, else ``N/10`` or
+``N out of 10``, and :func:`rating_value` accepts (0, 10]. Anything else is a parse failure, which strict mode
+excludes and counts instead of scoring.
+
+>>> official_idk("**Yes**"), official_idk(" no."), official_idk("Partial"), official_idk(None)
+('unknown', 0.0, 0.5, None)
+>>> official_rating("[7]"), official_rating("Rating: [[11]]"), parse_rating("[7]")
+(0.7, 0.5, None)
+>>> official_clarification('{"decision": "Yes", "explanation": "asks"}'), official_clarification("no json")
+(1.0, 0.5)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+# --- official ----------------------------------------------------------------------------------------------------
+_LEADING_WORD = re.compile(r"\s*([A-Za-z]+)")
+
+
+def leading_word(text: Any) -> str | None:
+    """The lower-cased word a reply starts with (after white space), None if it starts otherwise."""
+    match = _LEADING_WORD.match(text) if isinstance(text, str) else None
+    return match.group(1).lower() if match else None
+
+
+def official_idk(text: Any) -> float | str | None:
+    """IDK label as the official scripts read it: 1.0 / 0.0 / 0.5, ``"unknown"``, or None for a non-string."""
+    if not isinstance(text, str):
+        return None
+    token = leading_word(text)
+    if token is None:
+        return "unknown"
+    return 1.0 if token == "yes" else 0.0 if token == "no" else 0.5
+
+
+OFFICIAL_RATING_PATTERNS = tuple(re.compile(p, re.IGNORECASE) for p in (
+    r"Rating: \[\[(\d+)\]\]",
+    r"Rating: (\d+)",
+    r"\[\[(\d+)\]\]",
+    r"\[(\d+)\]",
+    r"Rating: \[\[([0-9]*\.?[0-9]+)\]\]",
+    r"Overall Rating: ([0-9]*\.?[0-9]+)",
+    r"Score: ([0-9]*\.?[0-9]+)/10",
+    r"Score: ([0-9]*\.?[0-9]+)",
+    r"\[Rating\]\n(\d+)",
+    r"Rating: \[\[(\d+)/10\]\]",
+    r"Rating: \[\[([-+]?\d*\.?\d+)",
+    r"([-+]?\d*\.?\d+) out of 10",
+))  # fmt: skip
+"""The official rating patterns, in the order they are tried (each has one group)."""
+_FOR_EXAMPLE = re.compile(r"for example:.*?$", re.IGNORECASE | re.MULTILINE)
+
+
+def official_rating_read(text: Any) -> float | None:
+    """The rating the official patterns read from ``text`` (the last matching pattern's first match), or None."""
+    text = _FOR_EXAMPLE.sub("", str(text))
+    rating = None
+    for pattern in OFFICIAL_RATING_PATTERNS:
+        match = pattern.search(text)
+        if match is not None:
+            rating = float(match.group(1))
+    return rating
+
+
+def official_rating(text: Any) -> float:
+    """RB_llm value of one judge reply as the official parser gives it: the rating / 10, or 0.5 when no rating is
+    read or the value is outside (0, 1]."""
+    rating = official_rating_read(text)
+    value = 0.5 if rating is None else rating / 10
+    return value if 0 < value <= 1 else 0.5
+
+
+_FENCED_JSON = re.compile(r"```json\s*(.*?)\s*```", re.DOTALL)
+_BRACED = re.compile(r"\{\s*(.*?)\s*\}", re.DOTALL)
+_INVALID_ESCAPE = re.compile(r'\\(?!["\\/bfnrt]|u[0-9a-fA-F]{4})')
+
+
+def official_clarification_read(text: Any) -> tuple[float, dict[str, Any] | None]:
+    """(value, the parsed JSON object or None) of a clarification reply under the official rule."""
+    try:
+        match = (_FENCED_JSON if "```json" in text else _BRACED).search(text)
+        if match is None:
+            return 0.5, None
+        body = _INVALID_ESCAPE.sub("", match.group(1))
+        body = body if body.startswith("{") else "{" + body
+        body = body if body.endswith("}") else body + "}"
+        parsed = json.loads(body)
+        decision = parsed.get("decision", "").lower()
+    except (TypeError, ValueError, AttributeError):  # what the official script's bare ``except`` meets
+        return 0.5, None
+    return (1.0 if decision == "yes" else 0.0 if decision == "no" else 0.5), parsed
+
+
+def official_clarification(text: Any) -> float:
+    """Clarification value of one reply under the official rule: 1.0 (yes), 0.0 (no) or 0.5."""
+    return official_clarification_read(text)[0]
+
+
+# --- strict ------------------------------------------------------------------------------------------------------
+_FIRST_WORD = re.compile(r"[A-Za-z]+")
+
+
+def parse_idk(text: str | None) -> tuple[float | None, str | None, bool]:
+    """(value, label, failed) from an IDK reply under our reading: its first alphabetic word anywhere decides
+    (yes 1, no 0, partial 0.5); any other word, or none, is a parse failure (value None)."""
+    match = _FIRST_WORD.search(text or "")
+    token = match.group(0).lower() if match else None
+    values = {"yes": 1.0, "no": 0.0, "partial": 0.5}
+    if token in values:
+        return values[token], token, False
+    return None, None, True
+
+
+_NUMBER = r"([-+]?\d+(?:\.\d+)?)"
+_RATING_PATTERNS = [
+    re.compile(r"\[\[\s*" + _NUMBER + r"\s*(?:/\s*10\s*)?\]\]"),
+    re.compile(r"rating\s*[:=]?\s*\**\s*" + _NUMBER, re.IGNORECASE),
+    re.compile(_NUMBER + r"\s*(?:/\s*10|out of 10)\b", re.IGNORECASE),
+]
+_EXAMPLE_LINE = re.compile(r"for (?:example|instance)\b.*$", re.IGNORECASE | re.MULTILINE)
+
+
+def parse_rating(text: str | None) -> float | None:
+    """The 1-10 rating in a judge reply under our reading (last ``[[N]]``, else last ``Rating: N``, else
+    ``N/10`` / ``N out of 10``), or None."""
+    if not text:
+        return None
+    text = _EXAMPLE_LINE.sub("", text)
+    for pattern in _RATING_PATTERNS:
+        found = pattern.findall(text)
+        if found:
+            return float(found[-1])
+    return None
+
+
+def rating_value(rating: float | None) -> tuple[float | None, bool]:
+    """(rating / 10, failed): a missing rating or one outside (0, 10] is a parse failure (value None)."""
+    if rating is None or not 0 < rating <= 10:
+        return None, True
+    return rating / 10.0, False
