@@ -97,9 +97,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     Every argument, run and submission is checked before any retriever runs, and nothing is written on an error.
     """
-    from convrag.manifest import read_manifest
     from convrag.evaluation.profile import profile_of
     from convrag.evaluation.report import evaluate_folder, render, write_outputs
+    from convrag.manifest import read_manifest
 
     for flag, value, least in (("--top-k", args.top_k, 1), ("--bootstrap", args.bootstrap, 0),
                                ("--digits", args.digits, 0)):  # fmt: skip
