@@ -71,6 +71,12 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
     return code, captured.out, captured.err
 
 
+def run_built(capsys: pytest.CaptureFixture[str], built: Path, predictions: Path, out: Path) -> tuple[int, str, str]:
+    """``evaluate-generation`` on the built fiqa tasks with the fake judge (fast settings)."""
+    return run_cli(capsys, str(built), "--config", "fiqa-tasks", "--predictions", str(predictions),
+                   "--judge", "fake", "--out", str(out), *FAST)  # fmt: skip
+
+
 def assert_one_line_error(code: int, err: str, *parts: str) -> None:
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
@@ -182,19 +188,7 @@ def test_bad_submission_is_one_line_naming_file_and_line(
         lines[line - 1] = lines[line - 1][:-3]
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     out = tmp_path / "results"
-    code, _, err = run_cli(
-        capsys,
-        str(built),
-        "--config",
-        "fiqa-tasks",
-        "--predictions",
-        str(path),
-        "--judge",
-        "fake",
-        "--out",
-        str(out),
-        *FAST,
-    )
+    code, _, err = run_built(capsys, built, path, out)
     assert_one_line_error(code, err, f"{path}:{line}: ", message)
     assert not out.exists()
 
@@ -245,19 +239,7 @@ def test_bad_built_row_names_its_parquet_file_and_row(
 ) -> None:
     predictions = predictions_for(built, tmp_path / "predictions.jsonl")
     rewrite_rows(parquet(built), change)
-    code, _, err = run_cli(
-        capsys,
-        str(built),
-        "--config",
-        "fiqa-tasks",
-        "--predictions",
-        str(predictions),
-        "--judge",
-        "fake",
-        "--out",
-        str(tmp_path / "results"),
-        *FAST,
-    )
+    code, _, err = run_built(capsys, built, predictions, tmp_path / "results")
     assert_one_line_error(code, err, f"{parquet(built)}:3: ", message)
 
 
@@ -301,19 +283,7 @@ def test_replacing_the_parquet_changes_the_next_result(
     predictions = predictions_for(built, tmp_path / "predictions.jsonl")
 
     def evaluate(out: Path) -> dict:
-        code, _, err = run_cli(
-            capsys,
-            str(built),
-            "--config",
-            "fiqa-tasks",
-            "--predictions",
-            str(predictions),
-            "--judge",
-            "fake",
-            "--out",
-            str(out),
-            *FAST,
-        )
+        code, _, err = run_built(capsys, built, predictions, out)
         assert code == 0, err
         return json.loads((out / "results.json").read_text())
 
@@ -337,19 +307,7 @@ def test_empty_answers_and_empty_contexts_are_accepted_and_counted(
         objs[2]["contexts"] = _ctx(10)
 
     predictions = predictions_for(built, tmp_path / "predictions.jsonl", change)
-    code, out, err = run_cli(
-        capsys,
-        str(built),
-        "--config",
-        "fiqa-tasks",
-        "--predictions",
-        str(predictions),
-        "--judge",
-        "fake",
-        "--out",
-        str(tmp_path / "results"),
-        *FAST,
-    )
+    code, out, err = run_built(capsys, built, predictions, tmp_path / "results")
     assert code == 0, err
     counts = json.loads((tmp_path / "results" / "results.json").read_text())["counts"]
     assert counts["empty_predictions"] == 1 and counts["empty_contexts"] == 1 and counts["scored"] == 77
