@@ -30,15 +30,20 @@ def _parse_sources(values: list[str] | None) -> str | dict[str, str] | None:
     raise ConvragError("give one --source PATH, or several --source name=PATH")
 
 
-def _parse_options(values: list[str] | None) -> dict[str, Any]:
-    """``--option key=value`` pairs; values are read as YAML scalars (ints, null, true...)."""
-    options: dict[str, Any] = {}
+def _pairs(values: list[str] | None, flag: str, form: str = "NAME=FILE") -> dict[str, str]:
+    """``flag NAME=VALUE`` arguments as a mapping of strings (``form`` names the expected shape in errors)."""
+    pairs = {}
     for value in values or []:
         match = _NAME_EQ.match(value)
         if not match:
-            raise ConvragError(f"--option expects key=value, got {value!r}")
-        options[match.group(1)] = yaml.safe_load(match.group(2))
-    return options
+            raise ConvragError(f"{flag} expects {form}, got {value!r}")
+        pairs[match.group(1)] = match.group(2)
+    return pairs
+
+
+def _parse_options(values: list[str] | None, flag: str) -> dict[str, Any]:
+    """``flag key=value`` pairs; values are read as YAML scalars (ints, null, true...)."""
+    return {k: yaml.safe_load(v) for k, v in _pairs(values, flag, "key=value").items()}
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -52,12 +57,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     from convrag.export import export_benchmark
 
-    options: dict[str, Any] = {}
-    for value in args.option or []:
-        match = _NAME_EQ.match(value)
-        if not match:
-            raise ConvragError(f"--option expects key=value, got {value!r}")
-        options[match.group(1)] = match.group(2)
+    options: dict[str, Any] = dict(_pairs(args.option, "--option", "key=value"))
     source = _parse_sources(args.source)
     if source is not None:
         options["source"] = source
@@ -117,14 +117,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     profile = profile_of(manifest, source=str(Path(args.folder) / "README.md"))
     retrievers = _split_list(args.retrievers) if args.retrievers is not None else list(profile.retrievers)
     strategies = args.strategies if args.strategies is not None else args.views
+    dense_options = _parse_options(args.dense_option, "--dense-option")
     results, scored = evaluate_folder(
         args.folder, profile,
-        external_runs=_named_files(args.run, "--run"), submissions=_named_files(args.submission, "--submission"),
+        external_runs=_pairs(args.run, "--run"), submissions=_pairs(args.submission, "--submission"),
         n_bootstrap=args.bootstrap, seed=args.seed,
         retrievers=retrievers, strategies=_split_list(strategies) if strategies is not None else None,
         measures=_split_list(args.measures) if args.measures else None, split=args.split, corpus=args.corpus,
         search=args.search, llm=args.llm, on_rewrite_failure="baseline" if args.rewrite_fallback else "error",
-        retriever_options=_dense_options(retrievers, args.dense_model, _parse_options(args.dense_option)),
+        retriever_options=_dense_options(retrievers, args.dense_model, dense_options),
         top_k=args.top_k, progress=not args.no_progress,
     )  # fmt: skip
     results = {"benchmark": manifest["benchmark"], "build_options": manifest.get("options", {}), **results}
@@ -143,16 +144,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def _split_list(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
-
-
-def _named_files(values: list[str] | None, flag: str) -> dict[str, str]:
-    named = {}
-    for value in values or []:
-        match = _NAME_EQ.match(value)
-        if not match:
-            raise ConvragError(f"{flag} expects NAME=FILE, got {value!r}")
-        named[match.group(1)] = match.group(2)
-    return named
 
 
 def _dense_options(retrievers: list[str], model: str | None, options: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -202,7 +193,7 @@ def cmd_evaluate_generation(args: argparse.Namespace) -> int:
                         rescale_with_baseline=args.rescale)  # fmt: skip
     result = evaluate_generation(
         tasks, judge=judges[0] if len(judges) == 1 else judges, bertscore_model=scorer, mode=args.mode,
-        conditioning=args.conditioning, prompts=_named_files(args.prompt, "--prompt") or None,
+        conditioning=args.conditioning, prompts=_pairs(args.prompt, "--prompt") or None,
         metrics=tuple(m for m in args.metrics.split(",") if m), n_bootstrap=args.bootstrap, seed=args.seed,
         progress=not args.no_progress,
     )  # fmt: skip

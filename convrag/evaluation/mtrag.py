@@ -33,7 +33,7 @@ from typing import Any
 
 from convrag.builders.mtrag_source import COLLECTIONS, DOMAINS, normalize_domain, normalize_task_id
 from convrag.errors import DataError
-from convrag.jsonl import iter_jsonl
+from convrag.jsonl import read_jsonl
 from convrag.metrics.retrieval.compute import score_run
 from convrag.metrics.retrieval.trec import TrecFormatError, text_lines
 
@@ -305,11 +305,10 @@ def read_submission(
 def read_input_task_ids(path: str | Path) -> list[str]:
     """Task ids of an official task input file (JSONL with ``task_id``), canonical form, in file order."""
     ids = []
-    with open(path, encoding="utf-8") as handle:
-        for number, item in iter_jsonl(handle, str(path)):
-            if not isinstance(item.get("task_id"), str):
-                raise DataError("line has no string 'task_id'", str(path), number)
-            ids.append(normalize_task_id(item["task_id"], str(path), number))
+    for number, item in read_jsonl(str(path)):
+        if not isinstance(item.get("task_id"), str):
+            raise DataError("line has no string 'task_id'", str(path), number)
+        ids.append(normalize_task_id(item["task_id"], str(path), number))
     return ids
 
 
