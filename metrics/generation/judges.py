@@ -48,8 +48,8 @@ from .parsers import (
     leading_word,
     official_clarification_read,
     official_idk,
-    official_rating,
     official_rating_read,
+    official_rating_value,
     parse_idk,
     parse_rating,
     rating_value,
@@ -340,7 +340,8 @@ class GenerationJudges:
                 rating = parse_rating(text)
                 value, fallback = rating_value(rating)
             else:
-                rating, value = official_rating_read(text), official_rating(text)
+                rating = official_rating_read(text)
+                value = official_rating_value(rating)
                 fallback = rating is None or not 0 < rating / 10 <= 1
             out.ratings.append(rating)
             out.raw.append(text)

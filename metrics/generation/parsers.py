@@ -82,12 +82,16 @@ def official_rating_read(text: Any) -> float | None:
     return rating
 
 
-def official_rating(text: Any) -> float:
-    """RB_llm value of one judge reply as the official parser gives it: the rating / 10, or 0.5 when no rating is
-    read or the value is outside (0, 1]."""
-    rating = official_rating_read(text)
+def official_rating_value(rating: float | None) -> float:
+    """RB_llm value of a rating read by ``official_rating_read``: rating / 10, or 0.5 when no rating was read or
+    the value is outside (0, 1]."""
     value = 0.5 if rating is None else rating / 10
     return value if 0 < value <= 1 else 0.5
+
+
+def official_rating(text: Any) -> float:
+    """RB_llm value of one judge reply as the official parser gives it (see ``official_rating_value``)."""
+    return official_rating_value(official_rating_read(text))
 
 
 _FENCED_JSON = re.compile(r"```json\s*(.*?)\s*```", re.DOTALL)
