@@ -205,6 +205,29 @@ def cmd_evaluate_generation(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_synthesize(args: argparse.Namespace) -> int:
+    """Run (or resume) a synthesis pipeline; ``--dry-run`` prints the estimates and writes nothing."""
+    from convrag.synthesis.engine import format_estimates, format_reports
+    from convrag.synthesis.mtr import mtr_pipeline
+
+    options = _parse_options(args.option, "--option")
+    for name in ("tasks", "workers"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    pipeline = mtr_pipeline(args.corpus, stages, seed=args.seed, corpus_config=args.corpus_config, options=options)
+    progress = not args.no_progress and sys.stderr.isatty()
+    if args.dry_run:
+        print(f"Dry run of {pipeline.name} ({', '.join(s.name for s in pipeline.stages)}): nothing is written.")
+        print(format_estimates(pipeline.estimate(args.out)))
+        return 0
+    redo = [s.strip() for s in (args.redo or "").split(",") if s.strip()]
+    reports = pipeline.run(args.out, redo=redo, progress=progress,
+                           on_stage=lambda r: print(format_reports([r]), flush=True))
+    print(f"Wrote {args.out} ({', '.join(r.stage for r in reports)}); parameters in {args.out}/<stage>/params.json")
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from convrag.builders import available
     from convrag.retrievers import available_retrievers
@@ -302,6 +325,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--digits", type=int, default=4, help="decimals shown in tables (JSON is unrounded)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.set_defaults(func=cmd_evaluate_generation)
+
+    p = sub.add_parser("synthesize", help="make a benchmark from your own corpus (MTR-Pipeline: curate, cluster)")
+    p.add_argument("pipeline", choices=("mtr",), help="synthesis pipeline (mtr: MTR-Suite's MTR-Pipeline)")
+    p.add_argument("--corpus", metavar="SOURCE",
+                   help="the corpus: a JSONL / Parquet file (_id or id, title, text), a folder of them, or a folder "
+                        "written by `convrag build` (its corpus config)")
+    p.add_argument("--corpus-config", help="config of a built folder holding the corpus (default: its only *corpus)")
+    p.add_argument("--out", required=True, help="output folder; rerunning the same command resumes an interrupted run")
+    p.add_argument("--stages", default="curate,cluster", help="stages to run (default: curate,cluster)")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="stage option (repeatable), e.g. chunk_size=1024, quality=heuristic, cluster_size=8, k=100, "
+                        "index=flat|hnsw|ivf, method=greedy|random; an unknown key lists the valid ones")
+    p.add_argument("--tasks", type=int, help="datatrove tasks for curation (default 1; split big corpora in files)")
+    p.add_argument("--workers", type=int, help="datatrove worker processes run at once (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
+    p.add_argument("--redo", metavar="STAGE[,STAGE]", help="clear these stages (and the later ones) and run them again")
+    p.add_argument("--dry-run", action="store_true", help="print records, LLM calls, tokens and cost; write nothing")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.set_defaults(func=cmd_synthesize)
 
     p = sub.add_parser("list", help="list registered benchmarks and retrievers")
     p.set_defaults(func=cmd_list)

@@ -1,0 +1,292 @@
+"""The synthesis stage engine: a pipeline is a list of named stages run in order under one output folder.
+
+Layout of ``OUT`` (every file is written to a temporary name and renamed, so a killed run never leaves a
+half-written file under its final name)::
+
+    OUT/pipeline.json          pipeline name, seed, stage names
+    OUT/<stage>/params.json    the stage's parameters and the seed (written before the stage runs)
+    OUT/<stage>/...            the stage's outputs (record shards, arrays)
+    OUT/<stage>/report.json    written last: the stage is finished
+
+Resuming: a stage whose ``report.json`` exists is skipped; an unfinished stage is run again and skips the
+work it already finished (record shards already on disk, datatrove tasks marked complete, arrays already
+saved). LLM calls go through the LLM layer's on-disk cache, so redone work repeats no paid call. A stage
+folder made with other parameters is an error (rerun with the same parameters, or ``redo`` that stage).
+
+Each stage reports records in / out, drops per reason, LLM calls, tokens and cost (``RunReport``) and its
+wall time; ``dry_run`` asks every stage for an estimate (records, calls, tokens, cost) and writes nothing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import time
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from convrag.errors import ConvragError
+from convrag.llm.report import RunReport, load_prices, price_for
+
+REPORT_FILE = "report.json"
+PARAMS_FILE = "params.json"
+PIPELINE_FILE = "pipeline.json"
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``data`` as indented JSON to ``path`` through a temporary file and a rename."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def remove_temporaries(folder: Path) -> int:
+    """Delete ``*.tmp`` files and folders left under ``folder`` by a killed run; returns how many."""
+    stale = [p for p in folder.rglob("*.tmp")] if folder.is_dir() else []
+    for p in stale:
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    return len(stale)
+
+
+@dataclass
+class Estimate:
+    """What a stage expects to cost before it runs. ``records`` is None when unknown before earlier stages run."""
+
+    records: int | None = None
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model: str | None = None
+    note: str = ""
+
+    def cost_usd(self, prices: dict[str, dict[str, float]] | None = None) -> float | None:
+        """Estimated cost from the LLM layer's price table (per million tokens); None for an unpriced model."""
+        if not self.llm_calls:
+            return 0.0
+        price = price_for(self.model or "", load_prices(prices))
+        if price is None:
+            return None
+        return (self.prompt_tokens * price["input"] + self.completion_tokens * price["output"]) / 1e6
+
+
+@dataclass
+class StageReport:
+    """What one stage did: records in / out, drops per reason, LLM accounting and extra figures."""
+
+    stage: str
+    records_in: int = 0
+    records_out: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    llm: dict[str, Any] = field(default_factory=dict)
+    figures: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    resumed: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "records_in": self.records_in, "records_out": self.records_out,
+                "dropped": dict(sorted(self.dropped.items())), "llm": self.llm, "figures": self.figures,
+                "seconds": round(self.seconds, 3)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StageReport:
+        return cls(stage=data["stage"], records_in=data["records_in"], records_out=data["records_out"],
+                   dropped=dict(data.get("dropped", {})), llm=dict(data.get("llm", {})),
+                   figures=dict(data.get("figures", {})), seconds=float(data.get("seconds", 0.0)))
+
+
+@dataclass
+class StageContext:
+    """What a running stage gets: its folder, the run's folder, the seed, progress flag and LLM accounting."""
+
+    out: Path
+    folder: Path
+    seed: int
+    progress: bool = True
+    llm_report: RunReport = field(default_factory=RunReport)
+
+    def stage_folder(self, name: str) -> Path:
+        """Folder of an earlier stage of the same run; an error if that stage has not finished."""
+        folder = self.out / name
+        if not (folder / REPORT_FILE).is_file():
+            raise ConvragError(f"{folder}: stage {name!r} has not finished; run it first (--stages ...,{name},...)")
+        return folder
+
+
+class Stage(ABC):
+    """One named step of a pipeline. Subclasses set ``name`` and implement ``params``, ``estimate`` and ``run``.
+
+    ``run`` must be safe to call again after a kill at any point: it finds what it already wrote and redoes
+    only the rest, writing every file atomically.
+    """
+
+    name: str = ""
+
+    @abstractmethod
+    def params(self) -> dict[str, Any]:
+        """The parameters that determine the stage's output (JSON-serialisable); written to params.json."""
+
+    @abstractmethod
+    def estimate(self, ctx: StageContext) -> Estimate:
+        """Records, LLM calls, tokens the stage will use; must not write anything or call an LLM."""
+
+    @abstractmethod
+    def run(self, ctx: StageContext) -> StageReport:
+        """Do the work (resuming), returning the report."""
+
+
+def _diff(old: dict[str, Any], new: dict[str, Any]) -> str:
+    keys = sorted(set(old) | set(new))
+    parts = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k)]
+    return "; ".join(parts[:4]) + (f" (and {len(parts) - 4} more)" if len(parts) > 4 else "")
+
+
+class _Lock:
+    """An exclusive lock on ``OUT/.lock`` so that two runs never write the same folder at once."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / ".lock"
+
+    def __enter__(self) -> _Lock:
+        self.handle = open(self.path, "w")  # noqa: SIM115 - held for the whole run
+        try:
+            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.handle.close()
+            raise ConvragError(f"{self.path.parent}: another synthesis run is writing this folder") from None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self.handle, fcntl.LOCK_UN)
+        self.handle.close()
+
+
+@dataclass
+class Pipeline:
+    """Named stages run in order under one output folder; see the module docstring for the layout."""
+
+    name: str
+    stages: Sequence[Stage]
+    seed: int = 0
+
+    def _stage_params(self, stage: Stage) -> dict[str, Any]:
+        return {"stage": stage.name, "seed": self.seed, "params": stage.params()}
+
+    def estimate(self, out: str | os.PathLike, progress: bool = False) -> list[tuple[str, Estimate]]:
+        """Every stage's estimate (a dry run): nothing is written, no LLM is called."""
+        out = Path(out)
+        return [(s.name, s.estimate(StageContext(out=out, folder=out / s.name, seed=self.seed, progress=progress)))
+                for s in self.stages]
+
+    def check(self, out: Path, redo: Sequence[str] = ()) -> None:
+        """Refuse a folder whose finished or started stages were made with other parameters or another seed."""
+        for stage in self.stages:
+            params_file = out / stage.name / PARAMS_FILE
+            if stage.name in redo or not params_file.is_file():
+                continue
+            try:
+                old = json.loads(params_file.read_text(encoding="utf-8"))
+            except (ValueError, UnicodeDecodeError) as err:
+                raise ConvragError(f"{params_file}: unreadable ({err}); give --redo {stage.name}") from None
+            new = json.loads(json.dumps(self._stage_params(stage)))
+            if old != new:
+                flat_old = {"seed": old.get("seed"), **(old.get("params") or {})}
+                flat_new = {"seed": new["seed"], **new["params"]}
+                raise ConvragError(f"{out / stage.name}: made with other parameters ({_diff(flat_old, flat_new)}); "
+                                   f"rerun with the same ones, use another --out, or give --redo {stage.name}")
+
+    def run(self, out: str | os.PathLike, *, redo: Sequence[str] = (), progress: bool = True,
+            on_stage: Any = None) -> list[StageReport]:
+        """Run (or resume) every stage; ``redo`` names stages whose folders are cleared first, together with
+        every later stage's (they depend on it). ``on_stage(report)`` is called after each stage."""
+        out = Path(out)
+        names = [s.name for s in self.stages]
+        unknown = [r for r in redo if r not in names]
+        if unknown:
+            raise ConvragError(f"--redo {','.join(unknown)}: not a stage of this run (stages: {', '.join(names)})")
+        if out.exists() and not out.is_dir():
+            raise ConvragError(f"{out}: --out exists and is not a folder")
+        out.mkdir(parents=True, exist_ok=True)
+        with _Lock(out):
+            first_redo = min((names.index(r) for r in redo), default=len(names))
+            redo_all = names[first_redo:]
+            self.check(out, redo_all)
+            for name in redo_all:
+                if (out / name).exists():
+                    shutil.rmtree(out / name)
+            write_json_atomic(out / PIPELINE_FILE, {"pipeline": self.name, "seed": self.seed, "stages": names})
+            reports = []
+            for stage in self.stages:
+                report = self._run_stage(stage, out, progress)
+                reports.append(report)
+                if on_stage is not None:
+                    on_stage(report)
+            return reports
+
+    def _run_stage(self, stage: Stage, out: Path, progress: bool) -> StageReport:
+        folder = out / stage.name
+        done = folder / REPORT_FILE
+        if done.is_file():
+            report = StageReport.from_dict(json.loads(done.read_text(encoding="utf-8")))
+            report.resumed = True
+            return report
+        folder.mkdir(parents=True, exist_ok=True)
+        remove_temporaries(folder)
+        write_json_atomic(folder / PARAMS_FILE, self._stage_params(stage))
+        ctx = StageContext(out=out, folder=folder, seed=self.seed, progress=progress)
+        start = time.perf_counter()
+        report = stage.run(ctx)
+        report.seconds = time.perf_counter() - start
+        report.llm = report.llm or llm_summary(ctx.llm_report)
+        write_json_atomic(done, report.to_dict())
+        return report
+
+
+def llm_summary(report: RunReport) -> dict[str, Any]:
+    """The LLM figures a stage report carries: calls, cache hits, failures, tokens, cost."""
+    return {"calls": report.calls, "cache_hits": report.cache_hits, "failures": report.failures,
+            "prompt_tokens": report.prompt_tokens, "completion_tokens": report.completion_tokens,
+            "cost_usd": round(report.cost_usd, 6)}
+
+
+def count_drops(reasons: Iterator[str]) -> dict[str, int]:
+    """Drop counts per reason, sorted by reason."""
+    return dict(sorted(Counter(reasons).items()))
+
+
+def format_reports(reports: Sequence[StageReport]) -> str:
+    """One block per stage: records in -> out, each drop reason with its count, LLM use, time."""
+    lines = []
+    for r in reports:
+        state = " (finished earlier, not rerun)" if r.resumed else ""
+        lines.append(f"{r.stage}: {r.records_in:,} in -> {r.records_out:,} out in {r.seconds:.1f} s{state}")
+        for reason, n in sorted(r.dropped.items(), key=lambda kv: (-kv[1], kv[0])):
+            lines.append(f"  dropped {n:,}: {reason}")
+        if r.llm.get("calls") or r.llm.get("cache_hits"):
+            lines.append(f"  LLM: {r.llm['calls']:,} calls, {r.llm['cache_hits']:,} cached, {r.llm['failures']:,} "
+                         f"failed, {r.llm['prompt_tokens']:,} + {r.llm['completion_tokens']:,} tokens, "
+                         f"${r.llm['cost_usd']:.4f}")
+        for key, value in r.figures.items():
+            if isinstance(value, (int, float, str)):
+                lines.append(f"  {key}: {value:,}" if isinstance(value, int) else f"  {key}: {value}")
+    return "\n".join(lines)
+
+
+def format_estimates(estimates: Sequence[tuple[str, Estimate]]) -> str:
+    """The dry-run table: per stage records, LLM calls, tokens and cost."""
+    lines = [f"{'stage':<12} {'records':>10} {'LLM calls':>10} {'prompt tok':>12} {'output tok':>12} {'cost':>10}"]
+    for name, e in estimates:
+        cost = e.cost_usd()
+        records = "?" if e.records is None else f"{e.records:,}"
+        shown = "unpriced" if cost is None else f"${cost:.4f}"
+        lines.append(f"{name:<12} {records:>10} {e.llm_calls:>10,} {e.prompt_tokens:>12,} "
+                     f"{e.completion_tokens:>12,} {shown:>10}" + (f"  {e.note}" if e.note else ""))
+    return "\n".join(lines)

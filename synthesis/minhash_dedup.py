@@ -1,0 +1,139 @@
+"""MinHash-LSH near-duplicate removal with datasketch, in two datatrove steps.
+
+Definition (the MTR-Suite curation code): shingles are the character 5-grams of the lowercased,
+whitespace-collapsed chunk (``synthesis.text.shingles``); MinHash with 128 permutations (datasketch, seed 1);
+an LSH index with Jaccard threshold 0.5 (datasketch picks the bands and rows: 25 x 5 for these values).
+Greedy keep-first over the chunks in corpus order (file order, then line order, then chunk order): a chunk is
+dropped when the LSH returns any chunk kept before it, else it is kept and indexed. LSH candidates are not
+re-checked with exact Jaccard (as in the authors' code), so a pair just under the threshold may collide and
+a pair just over it may be missed; ``verify=True`` re-checks candidates with exact Jaccard (not the default).
+
+Why datasketch inside a stage rather than datatrove's MinHash stages: datatrove hashes word n-grams of text
+stripped of punctuation and keeps one document per connected component of duplicate pairs, while the authors
+use character 5-grams and a greedy keep-first walk (A~B, B~C, A!~C keeps A and C). Signatures are computed
+in parallel by every task (``MinhashSignature``); the keep-first walk is sequential by definition and runs as
+one task (``GreedyMinhashDedup``) that holds only the LSH bands of kept chunks and the id set.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from convrag.synthesis.shards import iter_shard, shard_name
+from convrag.synthesis.text import jaccard, shingles
+from datasketch import LeanMinHash, MinHash, MinHashLSH
+from datatrove.data import DocumentsPipeline
+from datatrove.pipeline.base import PipelineStep
+from tqdm.auto import tqdm
+
+from convrag.errors import DataError
+
+DROPS_FILE = "near_duplicates.parquet"
+#: datasketch 2's default MinHash scheme: 32-bit affine permutations, stored as uint32.
+SCHEME = "affine32"
+
+
+def signature(text: str, num_perm: int = 128, seed: int = 1, ngram: int = 5) -> MinHash:
+    """MinHash of the character ``ngram`` shingles of ``text``."""
+    m = MinHash(num_perm=num_perm, seed=seed, scheme=SCHEME)
+    m.update_batch([s.encode("utf-8") for s in shingles(text, ngram)])
+    return m
+
+
+class MinhashSignature(PipelineStep):
+    """datatrove step: store each chunk's MinHash values as bytes in ``metadata["minhash"]``."""
+
+    name = "MinHash signature (character 5-grams)"
+    type = "🫂 - DEDUP"
+
+    def __init__(self, num_perm: int = 128, seed: int = 1, ngram: int = 5) -> None:
+        super().__init__()
+        self.num_perm, self.seed, self.ngram = num_perm, seed, ngram
+
+    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        for doc in data:
+            with self.track_time():
+                m = signature(doc.text, self.num_perm, self.seed, self.ngram)
+                doc.metadata["minhash"] = np.asarray(m.hashvalues, dtype=np.uint32).tobytes()
+            yield doc
+
+
+class GreedyMinhashDedup(PipelineStep):
+    """datatrove step for a single task: the keep-first walk over every chunk shard, in file order.
+
+    Writes ``out_folder/near_duplicates.parquet`` (``_id``, ``duplicate_of``: the kept chunk it collided with,
+    the smallest id among several). A chunk id seen twice is an error naming both places.
+    """
+
+    name = "MinHash-LSH greedy keep-first"
+    type = "🫂 - DEDUP"
+
+    def __init__(self, chunks_folder: str | os.PathLike, n_files: int, out_folder: str | os.PathLike, *,
+                 threshold: float = 0.5, num_perm: int = 128, seed: int = 1, ngram: int = 5, verify: bool = False,
+                 total: int | None = None, progress: bool = False) -> None:
+        super().__init__()
+        self.chunks_folder, self.out_folder = str(chunks_folder), str(out_folder)
+        self.n_files, self.threshold, self.num_perm, self.seed = n_files, threshold, num_perm, seed
+        self.ngram, self.verify, self.total, self.progress = ngram, verify, total, progress
+
+    def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        lsh = MinHashLSH(threshold=self.threshold, num_perm=self.num_perm)
+        seen: dict[str, tuple[str, int]] = {}
+        texts: dict[str, set[str]] = {}
+        drops: list[dict[str, str]] = []
+        columns = ["_id", "minhash", "source_file", "source_line"] + (["text"] if self.verify else [])
+        bar = tqdm(total=self.total, desc="MinHash-LSH near-duplicate walk", unit="chunk", disable=not self.progress)
+        for index in range(self.n_files):
+            for row in iter_shard(Path(self.chunks_folder) / shard_name(index), columns):
+                chunk_id = row["_id"]
+                if chunk_id in seen:
+                    first = seen[chunk_id]
+                    raise DataError(f"duplicate document id {chunk_id.rsplit('#', 1)[0]!r} (also at "
+                                    f"{first[0]}:{first[1]})", row["source_file"], row["source_line"])
+                seen[chunk_id] = (row["source_file"], row["source_line"])
+                m = LeanMinHash(seed=self.seed, hashvalues=np.frombuffer(row["minhash"], dtype=np.uint32),
+                                scheme=SCHEME)
+                hits = lsh.query(m)
+                if hits and self.verify:
+                    own = shingles(row["text"], self.ngram)
+                    hits = [h for h in hits if jaccard(own, texts[h]) >= self.threshold]
+                if hits:
+                    drops.append({"_id": chunk_id, "duplicate_of": min(hits)})
+                    self.stat_update("dropped:near_duplicate")
+                else:
+                    lsh.insert(chunk_id, m)
+                    if self.verify:
+                        texts[chunk_id] = shingles(row["text"], self.ngram)
+                bar.update()
+        bar.close()
+        out = Path(self.out_folder)
+        out.mkdir(parents=True, exist_ok=True)
+        table = pa.Table.from_pylist(drops, schema=pa.schema([("_id", pa.string()), ("duplicate_of", pa.string())]))
+        tmp = out / (DROPS_FILE + ".tmp")
+        pq.write_table(table, tmp)
+        os.replace(tmp, out / DROPS_FILE)
+        return
+        yield
+
+
+class DropListed(PipelineStep):
+    """datatrove filter: drop the chunks listed in ``near_duplicates.parquet`` (counted as near_duplicate)."""
+
+    name = "drop near-duplicates"
+    type = "🔻 - FILTER"
+
+    def __init__(self, drops_folder: str | os.PathLike) -> None:
+        super().__init__()
+        self.drops_folder = str(drops_folder)
+
+    def run(self, data: DocumentsPipeline, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
+        path = Path(self.drops_folder) / DROPS_FILE
+        dropped = set(pq.read_table(path, columns=["_id"]).column("_id").to_pylist())
+        for doc in data:
+            if doc.id in dropped:
+                continue
+            yield doc

@@ -1,0 +1,54 @@
+"""MTR-Pipeline (MTR-Suite, section 4): corpus -> curated passages -> clusters -> (agents, next) conversations.
+
+``mtr_pipeline`` assembles the stages a run asks for. Options are the keyword parameters of the stages'
+constructors (``Curate``, ``Cluster``), given once by name; an option no chosen stage takes is an error
+that lists the valid ones. ``source`` is the user's corpus (JSONL / Parquet / a built convrag folder).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+from convrag.synthesis.cluster import Cluster
+from convrag.synthesis.curate import Curate
+from convrag.synthesis.engine import Pipeline, Stage
+
+from convrag.errors import ConvragError
+
+STAGES: dict[str, type[Stage]] = {"curate": Curate, "cluster": Cluster}
+DEFAULT_STAGES = ("curate", "cluster")
+#: Options every stage gets from the command line itself rather than from --option.
+_SHARED = {"source", "corpus_config"}
+
+
+def stage_options(name: str) -> list[str]:
+    """The options (constructor keywords) of one stage."""
+    return [p for p in inspect.signature(STAGES[name].__init__).parameters if p not in ("self", *_SHARED)]
+
+
+def mtr_pipeline(source: str | None, stages: Sequence[str] = DEFAULT_STAGES, *, seed: int = 0,
+                 corpus_config: str | None = None, options: dict[str, Any] | None = None) -> Pipeline:
+    """The MTR pipeline with ``stages`` (in pipeline order), each built from the ``options`` it takes."""
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown or not stages:
+        raise ConvragError(f"--stages: unknown stage {', '.join(unknown) or '(none given)'}; "
+                           f"MTR-Pipeline stages: {', '.join(STAGES)}")
+    ordered = [s for s in STAGES if s in stages]
+    options = dict(options or {})
+    taken = {o for s in ordered for o in stage_options(s)}
+    extra = sorted(set(options) - taken)
+    if extra:
+        valid = "; ".join(f"{s}: {', '.join(stage_options(s))}" for s in ordered)
+        raise ConvragError(f"--option {', '.join(extra)}: not an option of the stages run ({valid})")
+    if "curate" in ordered and source is None:
+        raise ConvragError("the curate stage needs --corpus SOURCE")
+    built: list[Stage] = []
+    for name in ordered:
+        kwargs = {k: v for k, v in options.items() if k in stage_options(name)}
+        try:
+            built.append(STAGES[name](source, corpus_config=corpus_config, **kwargs))
+        except TypeError as err:
+            raise ConvragError(f"--option for stage {name}: {err}") from None
+    return Pipeline("mtr", built, seed=seed)
