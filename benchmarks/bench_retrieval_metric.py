@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pytrec_eval
 import ranx
+
 from convrag.metrics.retrieval.compute import measure_names, score_run
 
 # our name -> (pytrec_eval measure, its output key, ranx name)

@@ -23,15 +23,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from tqdm.auto import tqdm
+
+from convrag.errors import ConvragError
 from convrag.synthesis.corpus_source import corpus_files, count_documents, iter_file
 from convrag.synthesis.engine import REPORT_FILE, Estimate, Stage, StageContext, StageReport
 from convrag.synthesis.knn import knn_graph
 from convrag.synthesis.shards import count_rows, iter_shard, shard_files
 from convrag.synthesis.text import ngram_jaccard
 from convrag.synthesis.traversal import greedy_traversal, random_clusters
-from tqdm.auto import tqdm
-
-from convrag.errors import ConvragError
 
 METHODS = ("greedy", "random")
 
@@ -50,7 +50,8 @@ class Cluster(Stage):
     name = "cluster"
 
     def __init__(self, source: str | None = None, *, corpus_config: str | None = None, model: str | None = None,
-                 batch_size: int = 64, max_seq_length: int | None = None, block: int = 4096, k: int = 100, index: str = "flat",
+                 batch_size: int = 64, max_seq_length: int | None = None, block: int = 4096, k: int = 100,
+                 index: str = "flat",
                  index_options: dict[str, Any] | None = None, cluster_size: int = 8, method: str = "greedy",
                  near_duplicate_jaccard: float | None = None, merge: bool = True) -> None:
         if method not in METHODS:
@@ -70,8 +71,8 @@ class Cluster(Stage):
         from convrag.retrievers.dense import default_model_path
 
         model = self.model or Path(default_model_path()).name
-        return {"source": self.source, "corpus_config": self.corpus_config, "model": model, "max_seq_length": self.max_seq_length,
-                "k": self.k,
+        return {"source": self.source, "corpus_config": self.corpus_config, "model": model,
+                "max_seq_length": self.max_seq_length, "k": self.k,
                 "index": self.index, "index_options": self.index_options, "cluster_size": self.cluster_size,
                 "method": self.method, "near_duplicate_jaccard": self.near_duplicate_jaccard, "merge": self.merge,
                 "block": self.block}

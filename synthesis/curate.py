@@ -21,6 +21,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from datatrove.executor.local import LocalPipelineExecutor
+from datatrove.pipeline.base import PipelineStep
+from datatrove.utils.stats import PipelineStats
+
+from convrag.errors import ConvragError
 from convrag.synthesis import quiet
 from convrag.synthesis.boilerplate import TAIL_HEADINGS, BoilerplateRemover
 from convrag.synthesis.chunking import Chunker, ChunkingStep
@@ -29,11 +34,6 @@ from convrag.synthesis.engine import Estimate, Stage, StageContext, StageReport
 from convrag.synthesis.minhash_dedup import DropListed, GreedyMinhashDedup, MinhashSignature
 from convrag.synthesis.quality import QualityFilter, scorer_from_spec
 from convrag.synthesis.shards import ShardReader, ShardWriter, count_rows
-from datatrove.executor.local import LocalPipelineExecutor
-from datatrove.pipeline.base import PipelineStep
-from datatrove.utils.stats import PipelineStats
-
-from convrag.errors import ConvragError
 
 EXECUTORS = ("local", "slurm", "ray")
 
@@ -122,6 +122,10 @@ class Curate(Stage):
 
     def run(self, ctx: StageContext) -> StageReport:
         quiet.silence_datatrove()
+        scorer = scorer_from_spec(self.quality, self.quality_options)
+        for part in getattr(scorer, "scorers", [scorer]):  # a model that cannot load fails before any work
+            if hasattr(part, "load"):
+                part.load()
         executors, depends = [], None
         for name, steps, tasks in self.pipelines(ctx):
             logs = ctx.folder / "_datatrove" / f"{name}-{tasks}tasks"

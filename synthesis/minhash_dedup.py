@@ -23,14 +23,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from convrag.synthesis.shards import iter_shard, shard_name
-from convrag.synthesis.text import jaccard, shingles
 from datasketch import LeanMinHash, MinHash, MinHashLSH
 from datatrove.data import DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 from tqdm.auto import tqdm
 
 from convrag.errors import DataError
+from convrag.synthesis.shards import iter_shard, shard_name
+from convrag.synthesis.text import jaccard, shingles
 
 DROPS_FILE = "near_duplicates.parquet"
 #: datasketch 2's default MinHash scheme: 32-bit affine permutations, stored as uint32.

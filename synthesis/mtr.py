@@ -11,11 +11,10 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
+from convrag.errors import ConvragError
 from convrag.synthesis.cluster import Cluster
 from convrag.synthesis.curate import Curate
 from convrag.synthesis.engine import Pipeline, Stage
-
-from convrag.errors import ConvragError
 
 STAGES: dict[str, type[Stage]] = {"curate": Curate, "cluster": Cluster}
 DEFAULT_STAGES = ("curate", "cluster")

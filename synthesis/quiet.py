@@ -1,9 +1,10 @@
 """Keep datatrove's console logging out of convrag's output: its log lines go to the task log files only.
 
 datatrove resets loguru's sinks at the start of every task (console at INFO plus a file under
-``logging_dir/logs``). ``silence_datatrove`` wraps that set-up in the current process so that only the file
-sink stays; convrag reports progress, counts and errors itself (an error ends in one line, not a logged
-traceback). Call it in every process that runs tasks (the local executor's workers call it per task).
+``logging_dir/logs``) and puts the console back at its end. ``silence_datatrove`` replaces both in the current
+process so that only the file sink exists; convrag reports progress, counts and errors itself (an error
+ends in one line, not a logged traceback). Call it in every process that runs tasks (the local executor's
+workers call it per task).
 """
 
 from __future__ import annotations
@@ -15,15 +16,13 @@ from loguru import logger
 _FORMAT = "{time:YYYY-MM-DD HH:mm:ss.SSS} | {level: <8} | {name}:{function}:{line} - {message}"
 
 
-def _file_only(original: Any) -> Any:
-    def add_task_logger(logging_dir: Any, rank: int, local_rank: int = 0, node_rank: int = -1) -> Any:
-        logfile = original(logging_dir, rank, local_rank, node_rank=node_rank)
-        logger.remove()
-        logger.add(logfile, level="DEBUG", format=_FORMAT, colorize=False)
-        return logfile
-
-    add_task_logger.convrag_quiet = True  # type: ignore[attr-defined]
-    return add_task_logger
+def _add_task_logger(logging_dir: Any, rank: int, local_rank: int = 0, node_rank: int = -1) -> Any:
+    """datatrove's task log set-up (``logs/task_NNNNN.log`` under the logging folder) without a console sink."""
+    logger.remove()
+    logfile = logging_dir.open(f"logs/task_{rank:05d}.log", "w")
+    logger.add(logfile, level="DEBUG", format=_FORMAT, colorize=False)
+    logger.info(f"Launching pipeline for {rank=}")
+    return logfile
 
 
 def _close(logfile: Any) -> None:
@@ -38,6 +37,5 @@ def silence_datatrove() -> None:
     import datatrove.executor.base as base
 
     logger.remove()
-    if not getattr(base.add_task_logger, "convrag_quiet", False):
-        base.add_task_logger = _file_only(base.add_task_logger)
-        base.close_task_logger = _close
+    base.add_task_logger = _add_task_logger
+    base.close_task_logger = _close

@@ -19,10 +19,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from convrag.synthesis.engine import Stage, StageContext, StageReport, llm_summary
 from tqdm.auto import tqdm
 
 from convrag.errors import ConvragError
+from convrag.synthesis.engine import Stage, StageContext, StageReport, llm_summary
 
 SHARD_META = b"convrag_shard"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from convrag.builders import available, get_builder_class
 
+from convrag.builders import available, get_builder_class
 from convrag.errors import ConvragError
 from convrag.evaluation.profile import EvaluationProfile, profile_of
 from convrag.evaluation.report import evaluate_folder

@@ -9,8 +9,9 @@ import math
 import shutil
 from pathlib import Path
 
-import convrag.metrics.generation.components as components
 import pytest
+
+import convrag.metrics.generation.components as components
 from convrag.metrics.generation.components import (
     BertScorer,
     ComponentError,

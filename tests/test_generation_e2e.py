@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
-from convrag.metrics.generation.io import read_responses
 
 from convrag.evaluation.generation import evaluate_generation, render_tables, write_outputs
 from convrag.llm import get_llm
+from convrag.metrics.generation.io import read_responses
 
 from .conftest import DATA
 from .test_generation_scorer import FIELDS

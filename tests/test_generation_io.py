@@ -7,9 +7,9 @@ import math
 from pathlib import Path
 
 import pytest
-from convrag.metrics.generation.io import read_predictions, read_responses, tasks_from_rows
 
 from convrag.errors import DataError
+from convrag.metrics.generation.io import read_predictions, read_responses, tasks_from_rows
 
 from .conftest import DATA
 

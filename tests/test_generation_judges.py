@@ -8,6 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from convrag.llm import LLM, PromptError
+from convrag.llm.backends.fake import FakeBackend
 from convrag.metrics.generation.judges import (
     DEFAULT_PROMPTS,
     GenerationJudges,
@@ -17,9 +20,6 @@ from convrag.metrics.generation.judges import (
     rating_value,
     resolve_prompt,
 )
-
-from convrag.llm import LLM, PromptError
-from convrag.llm.backends.fake import FakeBackend
 
 CONV = [{"speaker": "user", "text": "Who coaches the Patriots?"},
         {"speaker": "agent", "text": "Bill Belichick."},

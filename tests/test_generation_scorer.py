@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
-from convrag.metrics.generation.components import BertScorer, harmonic_mean, rouge_l
-from convrag.metrics.generation.scorer import GenerationTask, score_generation
 
 from convrag.errors import DataError
 from convrag.evaluation.generation import evaluate_generation, render_tables, write_outputs
+from convrag.metrics.generation.components import BertScorer, harmonic_mean, rouge_l
+from convrag.metrics.generation.scorer import GenerationTask, score_generation
 
 from .metric_module_checks import check_kwargs_doctests, check_metric_card
 from .test_generation_judges import fake_llm, verdicts

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from convrag.metrics.generation.components import condition
 from convrag.metrics.generation.judges import GenerationJudges
 from convrag.metrics.generation.parsers import (

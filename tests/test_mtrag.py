@@ -8,6 +8,7 @@ from collections import Counter
 
 import datasets
 import pytest
+
 from convrag.builders.mtrag import MTRAG
 from convrag.builders.mtrag_source import (
     normalize_domain,
@@ -16,7 +17,6 @@ from convrag.builders.mtrag_source import (
     user_prefix_texts,
 )
 from convrag.builders.mtrag_un import MTRAGUN
-
 from convrag.errors import DataError
 from convrag.export import export_benchmark, read_manifest
 from tests.conftest import DATA

@@ -8,9 +8,8 @@ import random
 
 import pytest
 import pytrec_eval
-from convrag.builders.mtrag_source import COLLECTIONS, DOMAINS, read_qrels
-from convrag.metrics.retrieval.trec import read_run
 
+from convrag.builders.mtrag_source import COLLECTIONS, DOMAINS, read_qrels
 from convrag.errors import DataError
 from convrag.evaluation.mtrag import (
     check_submission,
@@ -21,6 +20,7 @@ from convrag.evaluation.mtrag import (
     score_subtask_a,
     write_submission,
 )
+from convrag.metrics.retrieval.trec import read_run
 from tests.conftest import DATA
 
 SRC = DATA / "mtrag"
@@ -172,7 +172,6 @@ def test_submission_round_trip_against_sample_input(tmp_path):
 
 def test_evaluate_folder_bm25_on_mtrag_un(tmp_path):
     from convrag.builders.mtrag_un import MTRAGUN
-
     from convrag.export import export_benchmark
 
     options = {"source": str(SRC)}
@@ -181,7 +180,6 @@ def test_evaluate_folder_bm25_on_mtrag_un(tmp_path):
     qrels = {d: _qrels(SRC / "mtragun-human" / "retrieval_tasks" / "qrels" / f"{d}.tsv") for d in DOMAINS}
     perfect = {q.replace("<::>", "::"): {doc: 1.0 for doc in rels} for d in DOMAINS for q, rels in qrels[d].items()}
     from convrag.builders.mtrag_un import MTRAGUN as cls
-
     from convrag.evaluation.report import evaluate_folder, write_outputs
 
     results, scored = evaluate_folder(tmp_path / "un", cls.EVALUATION, retrievers=["bm25"], n_bootstrap=50,

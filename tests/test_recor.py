@@ -6,8 +6,8 @@ import json
 
 import datasets
 import pytest
-from convrag.builders.recor import RECOR
 
+from convrag.builders.recor import RECOR
 from convrag.errors import DataError
 from convrag.export import export_benchmark, read_manifest
 from tests.conftest import DATA

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from convrag.builders.recor import RECOR
 from scipy import stats
 
+from convrag.builders.recor import RECOR
 from convrag.evaluation import recor_tables as rt
 from convrag.evaluation.recor import MEASURES, analyse, render_tables
 from convrag.evaluation.report import evaluate_folder, write_outputs

@@ -8,10 +8,11 @@ import math
 import random
 from pathlib import Path
 
-import convrag.metrics.retrieval.compute as compute
 import numpy as np
 import pytest
 import pytrec_eval
+
+import convrag.metrics.retrieval.compute as compute
 from convrag.metrics.retrieval.compute import (
     GroupsError,
     MeasureError,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import datasets
 import pytest
+
 from convrag.builders import stratrag_rules as rules
 from convrag.builders.stratrag import RECORD_CONFIGS, VIEW_CONFIGS, StratRAG
-
 from convrag.errors import DataError
 from convrag.export import export_benchmark, read_manifest
 

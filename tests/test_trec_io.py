@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import pytrec_eval
+
 from convrag.metrics.retrieval.compute import RetrievalInputError, score_run
 from convrag.metrics.retrieval.trec import (
     TrecFormatError,

@@ -26,13 +26,13 @@ import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from convrag.metrics.generation import judges as judges_module
-from convrag.metrics.generation.scorer import GenerationTask, score_generation
 
 from convrag.cli import main
 from convrag.evaluation.generation import render_tables
 from convrag.llm import LLM, BackendError, EndpointUnreachable, RetryPolicy, get_llm, is_placeholder, run_batch
 from convrag.llm.backends.fake import FakeBackend
+from convrag.metrics.generation import judges as judges_module
+from convrag.metrics.generation.scorer import GenerationTask, score_generation
 
 from .conftest import DATA
 from .test_llm_faults import FakeServer

@@ -30,7 +30,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from convrag.builders.mtrag_source import normalize_domain, normalize_task_id
-
 from convrag.errors import DataError
 from convrag.jsonl import is_a, read_jsonl, type_name
 
