@@ -66,6 +66,8 @@ class Cluster(Stage):
         self.k, self.index, self.index_options = k, index, dict(index_options or {})
         self.cluster_size, self.method, self.merge = cluster_size, method, merge
         self.near_duplicate_jaccard = near_duplicate_jaccard
+        #: set by the pipeline when a curate stage runs before this one: cluster its output, never the source
+        self.after_curate = False
 
     def params(self) -> dict[str, Any]:
         from convrag.retrievers.dense import default_model_path
@@ -79,6 +81,8 @@ class Cluster(Stage):
 
     # -- input ---------------------------------------------------------------------------------------------
     def _curated(self, ctx: StageContext) -> Path | None:
+        if self.after_curate:
+            return ctx.stage_folder("curate") / "corpus"
         folder = ctx.out / "curate"
         return folder / "corpus" if (folder / REPORT_FILE).is_file() else None
 
@@ -96,10 +100,9 @@ class Cluster(Stage):
                 yield doc_id, text
 
     def estimate(self, ctx: StageContext) -> Estimate:
-        curated = self._curated(ctx)
-        if curated is not None:
-            return Estimate(records=count_rows(curated), note="no LLM calls")
-        if self.source is not None and not (ctx.out / "curate").exists():
+        if (ctx.out / "curate" / REPORT_FILE).is_file():
+            return Estimate(records=count_rows(ctx.out / "curate" / "corpus"), note="no LLM calls")
+        if self.source is not None and not self.after_curate:
             return Estimate(records=count_documents(corpus_files(self.source, self.corpus_config)),
                             note="no LLM calls")
         return Estimate(records=None, note="no LLM calls; documents known after curation")

@@ -31,7 +31,7 @@ from convrag.synthesis.boilerplate import TAIL_HEADINGS, BoilerplateRemover
 from convrag.synthesis.chunking import Chunker, ChunkingStep
 from convrag.synthesis.corpus_source import CorpusReader, corpus_files, count_documents
 from convrag.synthesis.engine import Estimate, Stage, StageContext, StageReport
-from convrag.synthesis.minhash_dedup import DropListed, GreedyMinhashDedup, MinhashSignature
+from convrag.synthesis.minhash_dedup import MODES, DropListed, GreedyMinhashDedup, MinhashSignature
 from convrag.synthesis.quality import QualityFilter, scorer_from_spec
 from convrag.synthesis.shards import ShardReader, ShardWriter, count_rows
 
@@ -55,13 +55,15 @@ class Curate(Stage):
                  chunk_size: int = 2048, chunk_overlap: int = 0, min_length: int | None = None,
                  separators: str = "authors", dangling_tokens: int = 5, minhash_perm: int = 128,
                  minhash_threshold: float = 0.5, minhash_ngram: int = 5, minhash_seed: int = 1,
-                 minhash_verify: bool = False, quality: str = "heuristic",
+                 minhash_mode: str = "verified", quality: str = "heuristic",
                  quality_options: dict[str, Any] | None = None, tasks: int = 1, workers: int = 1,
                  executor: str = "local", executor_options: dict[str, Any] | None = None) -> None:
         if executor not in EXECUTORS:
             raise ConvragError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
         if tasks < 1 or workers < 1:
             raise ConvragError(f"tasks and workers must be at least 1 (got tasks={tasks}, workers={workers})")
+        if minhash_mode not in MODES:
+            raise ConvragError(f"minhash_mode must be one of {', '.join(MODES)}, got {minhash_mode!r}")
         if not 0 < minhash_threshold <= 1:
             raise ConvragError(f"minhash_threshold must be in (0, 1], got {minhash_threshold}")
         self.source, self.corpus_config = str(source), corpus_config
@@ -71,7 +73,7 @@ class Curate(Stage):
                          "min_length": self.chunker.min_length, "separators": separators,
                          "dangling_tokens": dangling_tokens}
         self.minhash = {"num_perm": minhash_perm, "threshold": minhash_threshold, "ngram": minhash_ngram,
-                        "seed": minhash_seed, "verify": minhash_verify}
+                        "seed": minhash_seed, "mode": minhash_mode}
         self.quality, self.quality_options = quality, dict(quality_options or {})
         scorer_from_spec(quality, self.quality_options)  # a bad spec fails before anything runs
         self.tasks, self.workers = tasks, workers
@@ -113,7 +115,7 @@ class Curate(Stage):
                        ShardWriter(folder / "chunks", n)], self.tasks),
             ("dedup", [GreedyMinhashDedup(folder / "chunks", n, folder / "dedup", threshold=self.minhash["threshold"],
                                           num_perm=self.minhash["num_perm"], seed=self.minhash["seed"],
-                                          ngram=self.minhash["ngram"], verify=self.minhash["verify"],
+                                          ngram=self.minhash["ngram"], mode=self.minhash["mode"],
                                           progress=ctx.progress)], 1),
             ("filter", [ShardReader(folder / "chunks", n), DropListed(folder / "dedup"),
                         QualityFilter(scorer_from_spec(self.quality, self.quality_options)),

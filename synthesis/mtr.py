@@ -47,7 +47,10 @@ def mtr_pipeline(source: str | None, stages: Sequence[str] = DEFAULT_STAGES, *, 
     for name in ordered:
         kwargs = {k: v for k, v in options.items() if k in stage_options(name)}
         try:
-            built.append(STAGES[name](source, corpus_config=corpus_config, **kwargs))
+            stage = STAGES[name](source, corpus_config=corpus_config, **kwargs)
         except TypeError as err:
             raise ConvragError(f"--option for stage {name}: {err}") from None
+        if isinstance(stage, Cluster):
+            stage.after_curate = "curate" in ordered
+        built.append(stage)
     return Pipeline("mtr", built, seed=seed)

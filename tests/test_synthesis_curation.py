@@ -203,9 +203,29 @@ def test_keep_first_is_greedy_not_transitive(tmp_path: Path) -> None:
     assert ngram_jaccard(a, b) > 0.6 and ngram_jaccard(b, c) > 0.6 and ngram_jaccard(a, c) < 0.45
     _write_jsonl(tmp_path / "abc.jsonl", [{"_id": k, "text": t} for k, t in (("A", a), ("B", b), ("C", c))])
     [report] = _run(tmp_path / "abc.jsonl", tmp_path / "out", chunk_size=4096, min_length=100,
-                    minhash_verify=True, quality_options={"gopher": False, "fineweb": False})
+                    quality_options={"gopher": False, "fineweb": False})
     assert [r["_id"] for r in _corpus(tmp_path / "out")] == ["A#0", "C#0"]
     assert report.dropped == {"near_duplicate": 1}
+
+
+def test_authors_mode_drops_every_lsh_candidate_unchecked(tmp_path: Path) -> None:
+    """In the authors' mode an LSH collision is a drop even below the threshold; verified mode re-checks it."""
+    rng = random.Random(2)
+    words = [rng.choice(WORDS) + str(rng.randint(0, 99)) for _ in range(800)]
+    docs = [{"_id": f"w{s}", "text": " ".join(words[s:s + 300])} for s in range(0, 500, 25)]  # Jaccard steps
+    _write_jsonl(tmp_path / "w.jsonl", docs)
+    options = {"chunk_size": 4096, "min_length": 100, "quality_options": {"gopher": False, "fineweb": False}}
+    _run(tmp_path / "w.jsonl", tmp_path / "authors", minhash_mode="authors", **options)
+    _run(tmp_path / "w.jsonl", tmp_path / "verified", **options)
+    texts = {d["_id"] + "#0": d["text"] for d in docs}
+    for mode in ("authors", "verified"):
+        drops = pq.read_table(tmp_path / mode / "curate" / "dedup" / "near_duplicates.parquet").to_pylist()
+        pairs = [ngram_jaccard(texts[d["_id"]], texts[d["duplicate_of"]]) for d in drops]
+        assert drops, mode
+        if mode == "verified":
+            assert min(pairs) >= 0.5
+        else:
+            assert min(pairs) < 0.5  # a collision below the threshold, dropped unchecked
 
 
 def test_output_does_not_depend_on_tasks_and_workers(tmp_path: Path) -> None:
@@ -237,5 +257,7 @@ def test_bad_stage_options_fail_before_anything_runs(tmp_path: Path) -> None:
         Curate(str(tmp_path), quality="perplexity")
     with pytest.raises(ConvragError, match="executor must be one of local, slurm, ray"):
         Curate(str(tmp_path), executor="k8s")
+    with pytest.raises(ConvragError, match="minhash_mode must be one of verified, authors"):
+        Curate(str(tmp_path), minhash_mode="exact")
     with pytest.raises(ConvragError, match="minhash_threshold must be in"):
         Curate(str(tmp_path), minhash_threshold=0)
