@@ -108,31 +108,48 @@ class Cluster(Stage):
         return Estimate(records=None, note="no LLM calls; documents known after curation")
 
     # -- steps ---------------------------------------------------------------------------------------------
-    def _embed(self, ctx: StageContext, ids: list[str], texts: list[str]) -> np.ndarray:
+    def _blocks(self, ctx: StageContext, ids: list[str]) -> Iterator[list[str]]:
+        """The corpus texts in blocks of ``block``, streamed; every id is appended to ``ids`` on the way."""
+        texts: list[str] = []
+        for doc_id, text in self._documents(ctx):
+            ids.append(doc_id)
+            texts.append(text)
+            if len(texts) == self.block:
+                yield texts
+                texts = []
+        if texts:
+            yield texts
+
+    def _embed(self, ctx: StageContext, ids: list[str]) -> np.ndarray:
+        """Embeddings of every document, block by block; a block already on disk is read, not recomputed."""
         from convrag.retrievers.dense import default_model_path, load_model
 
         folder = ctx.folder / "embeddings"
         folder.mkdir(exist_ok=True)
-        blocks = range(0, len(texts), self.block)
         model = None
         parts = []
-        for n, start in enumerate(tqdm(blocks, desc="cluster: embedding blocks", disable=not ctx.progress)):
+        bar = tqdm(desc="cluster: embedding", unit="doc", disable=not ctx.progress)
+        for n, texts in enumerate(self._blocks(ctx, ids)):
             path = folder / f"{n:05d}.npy"
             if not path.is_file():
                 if model is None:
                     model = load_model(self.model or default_model_path())
                     if self.max_seq_length is not None:
                         model.max_seq_length = self.max_seq_length
-                vectors = model.encode(texts[start:start + self.block], batch_size=self.batch_size,
-                                       normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+                vectors = model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
+                                       convert_to_numpy=True, show_progress_bar=False)
                 save_npy_atomic(path, np.asarray(vectors, dtype=np.float32))
             parts.append(np.load(path))
+            bar.update(len(texts))
+        bar.close()
         return np.concatenate(parts) if parts else np.zeros((0, 1), dtype=np.float32)
 
-    def _near_duplicate(self, texts: list[str]) -> Callable[[int, int], bool] | None:
+    def _near_duplicate(self, ctx: StageContext) -> Callable[[int, int], bool] | None:
+        """The adjacent near-duplicate test (texts held in memory only when the option is on)."""
         if self.near_duplicate_jaccard is None:
             return None
         threshold = self.near_duplicate_jaccard
+        texts = [text for _, text in self._documents(ctx)]
 
         @lru_cache(maxsize=65536)
         def similar(a: int, b: int) -> bool:
@@ -141,22 +158,22 @@ class Cluster(Stage):
         return similar
 
     def run(self, ctx: StageContext) -> StageReport:
-        ids, texts = [], []
-        for doc_id, text in self._documents(ctx):
-            ids.append(doc_id)
-            texts.append(text)
+        ids: list[str] = []
+        knn_path = ctx.folder / "knn.npy"
+        if self.method == "random" or knn_path.is_file():
+            ids = [doc_id for doc_id, _ in self._documents(ctx)]
+        else:
+            vectors = self._embed(ctx, ids)
+            if ids:
+                save_npy_atomic(knn_path, knn_graph(vectors, self.k, self.index, seed=ctx.seed,
+                                                    progress=ctx.progress, **self.index_options))
         if not ids:
             raise ConvragError("cluster: the corpus to cluster is empty (every document was dropped by curation?)")
         if self.method == "random":
             result = random_clusters(len(ids), self.cluster_size, ctx.seed)
         else:
-            knn_path = ctx.folder / "knn.npy"
-            if not knn_path.is_file():
-                vectors = self._embed(ctx, ids, texts)
-                save_npy_atomic(knn_path, knn_graph(vectors, self.k, self.index, seed=ctx.seed,
-                                                    progress=ctx.progress, **self.index_options))
             result = greedy_traversal(np.load(knn_path), self.cluster_size, ctx.seed,
-                                      near_duplicate=self._near_duplicate(texts), merge=self.merge,
+                                      near_duplicate=self._near_duplicate(ctx), merge=self.merge,
                                       progress=ctx.progress)
         rows = [{"cluster_idx": i, "doc_ids": [ids[j] for j in members]} for i, members in enumerate(result.clusters)]
         schema = pa.schema([("cluster_idx", pa.int64()), ("doc_ids", pa.list_(pa.string()))])

@@ -157,10 +157,13 @@ class CorpusReader(PipelineStep):
         self.progress = progress
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        mine = range(rank, len(self.files.files), world_size)
-        for index in tqdm(mine, desc=f"task {rank}: reading files", disable=not self.progress or len(mine) < 2):
+        bar = tqdm(desc=f"curate task {rank}: documents", unit="doc", disable=not self.progress, position=rank,
+                   leave=False)
+        for index in range(rank, len(self.files.files), world_size):
             path = self.files.files[index]
             for number, doc_id, title, text in iter_file(path):
                 self.stat_update("documents")
+                bar.update()
                 yield Document(text=text, id=doc_id, metadata={
                     "title": title, "source_file": path, "source_line": number, "file_index": index})
+        bar.close()

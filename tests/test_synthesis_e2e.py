@@ -111,6 +111,12 @@ def test_hotpotqa_paragraphs_curate_and_cluster_with_small_chunks(hotpot_jsonl: 
     random_clusters = [docs for _, docs in read_clusters(tmp_path / "rnd")]
     assert all(len(d) == 6 for d in random_clusters) and len(random_clusters) == len(rows) // 6
     assert random_clusters != clusters
+    # the optional adjacent near-duplicate skip (a low threshold here, so that it has work on this corpus)
+    assert main(["synthesize", "mtr", "--corpus", str(hotpot_jsonl), "--out", str(tmp_path / "nd"), *FAST_EMBED,
+                 "--option", "chunk_size=512", "--option", "cluster_size=6", "--option", "k=20",
+                 "--option", "near_duplicate_jaccard=0.12"]) == 0
+    assert _report(tmp_path / "nd", "cluster")["figures"]["skipped_near_duplicates"] > 0
+    _check_clusters(tmp_path / "nd", [r["_id"] for r in rows], 6)
 
 
 def _snapshot(out: Path) -> dict:
