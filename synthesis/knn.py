@@ -60,7 +60,7 @@ def _query_calls(faiss, n: int, d: int, batch_size: int) -> list[tuple[int, int]
 
 
 def _build(faiss, x: np.ndarray, index: str, nlist: int | None, nprobe: int, hnsw_m: int, ef_search: int,
-           seed: int):
+           train_size: int | None, seed: int):
     n, d = x.shape
     if index == "flat":
         built = faiss.IndexFlatL2(d)
@@ -80,6 +80,10 @@ def _build(faiss, x: np.ndarray, index: str, nlist: int | None, nprobe: int, hns
         built.cp.seed = seed
         built.cp.min_points_per_centroid = 1  # we pick nlist ourselves; silence faiss's small-sample warning
         sample = min(n, 256 * lists)
+        if train_size is not None:
+            if train_size < lists:
+                raise ConvragError(f"knn_graph: train_size must be >= nlist={lists}, got {train_size}")
+            sample = min(sample, train_size)
         rows = np.sort(np.random.default_rng(seed).choice(n, size=sample, replace=False)) if sample < n else None
         built.train(x if rows is None else x[rows])
         built.nprobe = min(nprobe, lists)
@@ -90,16 +94,16 @@ def _build(faiss, x: np.ndarray, index: str, nlist: int | None, nprobe: int, hns
 
 
 def knn_graph(vectors: np.ndarray, k: int = 100, index: str = "flat", *, nlist: int | None = None, nprobe: int = 16,
-              hnsw_m: int = 32, ef_search: int = 128, batch_size: int = 16384, seed: int = 0,
-              threads: int | None = None, progress: bool = False) -> np.ndarray:
+              hnsw_m: int = 32, ef_search: int = 128, train_size: int | None = None, batch_size: int = 16384,
+              seed: int = 0, threads: int | None = None, progress: bool = False) -> np.ndarray:
     """int32 ``(N, min(k, N))`` array: row ``i`` holds the ids of the nearest vectors to ``vectors[i]``.
 
     Squared-L2 neighbours, nearest first, the query itself included; ``-1`` fills slots the index could not
     fill (possible with ``"hnsw"``/``"ivf"``). ``k`` is capped at ``N``. ``index`` is ``"flat"`` (exact),
     ``"hnsw"`` (``hnsw_m`` links per node, ``ef_search``) or ``"ivf"`` (``nlist`` lists, default
-    ``round(4 * sqrt(N))`` clipped to ``[1, N]``, trained on a ``seed``-ed sample of at most ``256 * nlist``
-    vectors, ``nprobe`` lists visited per query). Queries run in batches of ``batch_size`` rounded up to whole faiss
-    query blocks (the result does not depend on it). ``threads``
+    ``round(4 * sqrt(N))`` clipped to ``[1, N]``, trained on a ``seed``-ed sample of ``train_size`` vectors,
+    default and maximum ``min(N, 256 * nlist)``; ``nprobe`` lists visited per query). Queries run in batches
+    of ``batch_size`` rounded up to whole faiss query blocks (the result does not depend on it). ``threads``
     sets faiss's OpenMP thread count for this call only (restored afterwards); ``None`` keeps faiss's
     setting (by default all cores). Raises ``ConvragError`` on a non-2-D, empty or non-finite input, a
     bad option, or an unknown index.
@@ -119,7 +123,7 @@ def knn_graph(vectors: np.ndarray, k: int = 100, index: str = "flat", *, nlist: 
     if threads is not None:
         faiss.omp_set_num_threads(threads)
     try:
-        built = _build(faiss, x, index, nlist, nprobe, hnsw_m, ef_search, seed)
+        built = _build(faiss, x, index, nlist, nprobe, hnsw_m, ef_search, train_size, seed)
         out = np.empty((n, k), dtype=np.int32)
         with tqdm(total=n, desc="kNN search", unit="doc", disable=not progress) as bar:
             for start, end in _query_calls(faiss, n, d, batch_size):

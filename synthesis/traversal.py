@@ -18,6 +18,7 @@ not in the cluster being dissolved and still assigned to a live cluster, and is 
 neighbour; a doc with no such neighbour is dropped. The surviving clusters keep their creation order and are
 numbered 0..M-1. Afterwards every cluster holds at least ``cluster_size`` docs (some more); every doc is in
 at most one cluster. A corpus whose clusters are all short ends with dropped docs; they are reported.
+``merge_short_clusters`` runs this pass on its own.
 
 Differences from the authors' code (``embedding/cluster.py`` of rangehow/mtr-suite): the start node and jump
 targets there come from ``set.pop()`` (arbitrary, roughly the lowest id) while the paper says random; here
@@ -73,6 +74,11 @@ def _check_neighbours(neighbours: np.ndarray) -> np.ndarray:
     if nb.size and (int(nb.min()) < -1 or int(nb.max()) >= n):
         raise ConvragError(f"neighbours ids must lie in [-1, N={n}), found [{int(nb.min())}, {int(nb.max())}]")
     return nb
+
+
+def _padded(nb: np.ndarray) -> np.ndarray:
+    """A graph without neighbour columns walks and merges like one column of empty slots."""
+    return nb if nb.shape[1] else np.full((nb.shape[0], 1), -1, dtype=np.int32)
 
 
 def _walk(nb: np.ndarray, cluster_size: int, seed: int, near_duplicate: Callable[[int, int], bool] | None,
@@ -146,7 +152,7 @@ def _merge(nb: np.ndarray, clusters: list[list[int]], cluster_size: int, stats: 
             owner[doc] = target
             stats["moved_by_merge"] += 1
         live[index] = None
-    stats["dropped_no_target"] = len(dropped)
+    stats["dropped_no_target"] += len(dropped)
     return [members for members in live if members is not None], sorted(dropped)
 
 
@@ -157,16 +163,15 @@ def greedy_traversal(neighbours: np.ndarray, cluster_size: int = 8, seed: int = 
 
     See the module docstring for the exact walk and merge rules. ``near_duplicate(cur, candidate)`` returning
     True skips that candidate for this step (counted in ``skipped_near_duplicates``). With ``merge=False``
-    the walk's clusters (at most ``cluster_size`` docs each) are returned as they are. Deterministic for a
-    given ``seed``. Raises ``ConvragError`` unless ``neighbours`` is a 2-D integer array with ids in
-    ``[-1, N)`` and ``cluster_size >= 1``.
+    the walk's clusters (at most ``cluster_size`` docs each) are returned as they are; ``merge=True`` equals
+    :func:`merge_short_clusters` applied to that result. Deterministic for a given ``seed``. Raises
+    ``ConvragError`` unless ``neighbours`` is a 2-D integer array with ids in ``[-1, N)`` and
+    ``cluster_size >= 1``.
     """
     _check_size(cluster_size)
-    nb = _check_neighbours(neighbours)
+    nb = _padded(_check_neighbours(neighbours))
     stats = dict.fromkeys(STAT_KEYS, 0)
     stats["documents"] = nb.shape[0]
-    if nb.shape[1] == 0:  # no neighbour columns: same walk as a row of empty slots
-        nb = np.full((nb.shape[0], 1), -1, dtype=np.int32)
     clusters = _walk(nb, int(cluster_size), seed, near_duplicate, stats, progress)
     stats["walk_clusters"] = len(clusters)
     dropped: list[int] = []
@@ -174,6 +179,28 @@ def greedy_traversal(neighbours: np.ndarray, cluster_size: int = 8, seed: int = 
         clusters, dropped = _merge(nb, clusters, int(cluster_size), stats, progress)
     stats["clusters"] = len(clusters)
     return Clustering(clusters=clusters, dropped=dropped, stats=stats)
+
+
+def merge_short_clusters(neighbours: np.ndarray, walk: Clustering, cluster_size: int = 8, *,
+                         progress: bool = False) -> Clustering:
+    """The merge pass alone (module docstring), applied to ``walk``'s clusters in their order.
+
+    ``walk`` is typically ``greedy_traversal(..., merge=False)``; it is not modified. Its dropped ids stay
+    dropped and its stats are carried over, with the merge counters added. Raises ``ConvragError`` on a bad
+    ``neighbours`` array or ``cluster_size``, or when ``walk`` holds an id twice or outside ``[0, N)``.
+    """
+    _check_size(cluster_size)
+    nb = _padded(_check_neighbours(neighbours))
+    n = nb.shape[0]
+    ids = np.fromiter((doc for members in walk.clusters for doc in members), dtype=np.int64)
+    ids = np.concatenate([ids, np.asarray(walk.dropped, dtype=np.int64)])
+    if ids.size and (ids.min() < 0 or ids.max() >= n or np.bincount(ids, minlength=n).max() > 1):
+        raise ConvragError(f"merge_short_clusters: clusters must hold distinct ids in [0, N={n})")
+    stats = dict.fromkeys(STAT_KEYS, 0) | walk.stats
+    clusters, dropped = _merge(nb, [list(members) for members in walk.clusters], int(cluster_size), stats,
+                               progress)
+    stats["clusters"] = len(clusters)
+    return Clustering(clusters=clusters, dropped=sorted(walk.dropped + dropped), stats=stats)
 
 
 def random_clusters(n: int, cluster_size: int = 8, seed: int = 0) -> Clustering:
