@@ -27,7 +27,14 @@ from tqdm.auto import tqdm
 
 from convrag.errors import ConvragError
 from convrag.synthesis.corpus_source import corpus_files, count_documents, iter_file
-from convrag.synthesis.engine import REPORT_FILE, Estimate, Stage, StageContext, StageReport
+from convrag.synthesis.engine import (
+    REPORT_FILE,
+    Estimate,
+    Stage,
+    StageContext,
+    StageReport,
+    write_table_atomic,
+)
 from convrag.synthesis.knn import knn_graph
 from convrag.synthesis.shards import count_rows, iter_shard, shard_files
 from convrag.synthesis.text import ngram_jaccard
@@ -177,10 +184,10 @@ class Cluster(Stage):
                                       progress=ctx.progress)
         rows = [{"cluster_idx": i, "doc_ids": [ids[j] for j in members]} for i, members in enumerate(result.clusters)]
         schema = pa.schema([("cluster_idx", pa.int64()), ("doc_ids", pa.list_(pa.string()))])
-        _write_table(ctx.folder / "clusters.parquet", pa.Table.from_pylist(rows, schema=schema))
+        write_table_atomic(ctx.folder / "clusters.parquet", pa.Table.from_pylist(rows, schema=schema))
         reason = "no_neighbour_cluster" if self.method == "greedy" else "partial_last_block"
         dropped = [{"_id": ids[j], "reason": reason} for j in result.dropped]
-        _write_table(ctx.folder / "dropped.parquet",
+        write_table_atomic(ctx.folder / "dropped.parquet",
                      pa.Table.from_pylist(dropped, schema=pa.schema([("_id", pa.string()), ("reason", pa.string())])))
         sizes = [len(c) for c in result.clusters]
         figures = {**{k: int(v) for k, v in result.stats.items()}, "clusters": len(sizes),
@@ -188,12 +195,6 @@ class Cluster(Stage):
                    "mean_size": round(float(np.mean(sizes)), 3) if sizes else 0.0}
         return StageReport(self.name, records_in=len(ids), records_out=sum(sizes),
                            dropped={reason: len(result.dropped)} if result.dropped else {}, figures=figures)
-
-
-def _write_table(path: Path, table: pa.Table) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
 
 
 def read_clusters(out: str | os.PathLike) -> list[tuple[int, list[str]]]:

@@ -25,8 +25,7 @@ import os
 import shutil
 import time
 from abc import ABC, abstractmethod
-from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,15 @@ def write_json_atomic(path: Path, data: Any) -> None:
     """Write ``data`` as indented JSON to ``path`` through a temporary file and a rename."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write_table_atomic(path: Path, table: Any) -> None:
+    """Write a pyarrow ``table`` to the Parquet file ``path`` through a temporary file and a rename."""
+    import pyarrow.parquet as pq
+
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp)
     os.replace(tmp, path)
 
 
@@ -255,11 +263,6 @@ def llm_summary(report: RunReport) -> dict[str, Any]:
     return {"calls": report.calls, "cache_hits": report.cache_hits, "failures": report.failures,
             "prompt_tokens": report.prompt_tokens, "completion_tokens": report.completion_tokens,
             "cost_usd": round(report.cost_usd, 6)}
-
-
-def count_drops(reasons: Iterator[str]) -> dict[str, int]:
-    """Drop counts per reason, sorted by reason."""
-    return dict(sorted(Counter(reasons).items()))
 
 
 def format_reports(reports: Sequence[StageReport]) -> str:

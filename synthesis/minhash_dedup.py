@@ -38,6 +38,7 @@ from datatrove.pipeline.base import PipelineStep
 from tqdm.auto import tqdm
 
 from convrag.errors import ConvragError, DataError
+from convrag.synthesis.engine import write_table_atomic
 from convrag.synthesis.shards import iter_shard, shard_name
 from convrag.synthesis.text import jaccard, shingles
 
@@ -136,9 +137,7 @@ class GreedyMinhashDedup(PipelineStep):
         out = Path(self.out_folder)
         out.mkdir(parents=True, exist_ok=True)
         table = pa.Table.from_pylist(drops, schema=pa.schema([("_id", pa.string()), ("duplicate_of", pa.string())]))
-        tmp = out / (DROPS_FILE + ".tmp")
-        pq.write_table(table, tmp)
-        os.replace(tmp, out / DROPS_FILE)
+        write_table_atomic(out / DROPS_FILE, table)
         return
         yield
 

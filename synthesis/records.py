@@ -9,7 +9,6 @@ finished shards are kept and only the missing ones are redone.
 from __future__ import annotations
 
 import json
-import os
 from abc import abstractmethod
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -22,7 +21,7 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from convrag.errors import ConvragError
-from convrag.synthesis.engine import Stage, StageContext, StageReport, llm_summary
+from convrag.synthesis.engine import Stage, StageContext, StageReport, llm_summary, write_table_atomic
 
 SHARD_META = b"convrag_shard"
 
@@ -32,9 +31,7 @@ def write_shard(path: Path, records: list[dict[str, Any]], meta: dict[str, Any],
     """Write ``records`` to the Parquet file ``path`` through a temporary file and a rename."""
     table = pa.Table.from_pylist(records, schema=schema) if records or schema else pa.table({})
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), SHARD_META: json.dumps(meta).encode()})
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    write_table_atomic(path, table)
 
 
 def shard_meta(path: Path) -> dict[str, Any]:
