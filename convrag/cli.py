@@ -207,11 +207,12 @@ def cmd_evaluate_generation(args: argparse.Namespace) -> int:
 
 def cmd_synthesize(args: argparse.Namespace) -> int:
     """Run (or resume) a synthesis pipeline; ``--dry-run`` prints the estimates and writes nothing."""
+    from convrag.llm.spec import PLACEHOLDER_MODEL, REAL_MODEL_HINT, is_placeholder
     from convrag.synthesis.engine import format_estimates, format_reports
     from convrag.synthesis.mtr import mtr_pipeline
 
     options = _parse_options(args.option, "--option")
-    for name in ("tasks", "workers"):
+    for name in ("tasks", "workers", "questioner", "responder", "polisher", "concurrency"):
         if getattr(args, name) is not None:
             options[name] = getattr(args, name)
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
@@ -225,6 +226,14 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     reports = pipeline.run(args.out, redo=redo, progress=progress,
                            on_stage=lambda r: print(format_reports([r]), flush=True))
     print(f"Wrote {args.out} ({', '.join(r.stage for r in reports)}); parameters in {args.out}/<stage>/params.json")
+    if "assemble" in stages:
+        print(f"Build it: convrag build mtr-bench --source {args.out}/assemble --out BUILT")
+    roles = [r for r, stage in (("questioner", "converse"), ("responder", "converse"), ("polisher", "polish"))
+             if stage in stages and is_placeholder(options.get(r))]
+    if roles:
+        print(f"\nWarning: the {', '.join(roles)} ran on the embedded {PLACEHOLDER_MODEL} placeholder: these "
+              f"conversations only show that the plumbing works, they are not a benchmark. "
+              f"{REAL_MODEL_HINT.replace('point it', 'Point --' + roles[0])}.")
     return 0
 
 
@@ -326,17 +335,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.set_defaults(func=cmd_evaluate_generation)
 
-    p = sub.add_parser("synthesize", help="make a benchmark from your own corpus (MTR-Pipeline: curate, cluster)")
+    p = sub.add_parser("synthesize", help="make a benchmark from your own corpus (MTR-Pipeline: curate, cluster, "
+                                          "converse, polish, assemble)")
     p.add_argument("pipeline", choices=("mtr",), help="synthesis pipeline (mtr: MTR-Suite's MTR-Pipeline)")
     p.add_argument("--corpus", metavar="SOURCE",
                    help="the corpus: a JSONL / Parquet file (_id or id, title, text), a folder of them, or a folder "
                         "written by `convrag build` (its corpus config)")
     p.add_argument("--corpus-config", help="config of a built folder holding the corpus (default: its only *corpus)")
     p.add_argument("--out", required=True, help="output folder; rerunning the same command resumes an interrupted run")
-    p.add_argument("--stages", default="curate,cluster", help="stages to run (default: curate,cluster)")
+    p.add_argument("--stages", default="curate,cluster,converse,polish,assemble",
+                   help="stages to run (default: curate,cluster,converse,polish,assemble)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="stage option (repeatable), e.g. chunk_size=1024, quality=heuristic, cluster_size=8, k=100, "
-                        "index=flat|hnsw|ivf, method=greedy|random; an unknown key lists the valid ones")
+                        "index=flat|hnsw|ivf, method=greedy|random, turns=12, conversations=1000, answer_words=150, "
+                        "switch_ratio=0.5, layout=splice|paper, test_size=1000; an unknown key lists the valid ones")
+    for role, does in (("questioner", "asks the questions"), ("responder", "answers them"),
+                       ("polisher", "rewrites follow-up questions casually")):
+        p.add_argument(f"--{role}", metavar="SPEC", help=f"LLM spec of the model that {does} (default: $CONVRAG_LLM "
+                                                          "or the embedded placeholder), e.g. openai:MODEL@URL")
+    p.add_argument("--concurrency", type=int, help="LLM requests in flight at once per agent batch (default 8)")
     p.add_argument("--tasks", type=int, help="datatrove tasks for curation (default 1; split big corpora in files)")
     p.add_argument("--workers", type=int, help="datatrove worker processes run at once (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")

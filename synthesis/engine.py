@@ -75,10 +75,17 @@ class Estimate:
     completion_tokens: int = 0
     model: str | None = None
     note: str = ""
+    #: a local backend (llama.cpp, transformers): no per-token price
+    free: bool = False
+    #: per-model parts of a stage that calls several models; the stage's cost is theirs summed
+    parts: list[Estimate] = field(default_factory=list)
 
     def cost_usd(self, prices: dict[str, dict[str, float]] | None = None) -> float | None:
         """Estimated cost from the LLM layer's price table (per million tokens); None for an unpriced model."""
-        if not self.llm_calls:
+        if self.parts:
+            costs = [p.cost_usd(prices) for p in self.parts]
+            return None if None in costs else sum(c for c in costs if c is not None)
+        if not self.llm_calls or self.free:
             return 0.0
         price = price_for(self.model or "", load_prices(prices))
         if price is None:

@@ -1,4 +1,6 @@
-"""MTR-Pipeline (MTR-Suite, section 4): corpus -> curated passages -> clusters -> (agents, next) conversations.
+"""MTR-Pipeline (MTR-Suite, section 4): corpus -> curated passages (curate) -> clusters (cluster) -> conversations
+written by the Questioner and Responder (converse) -> casual follow-up questions (polish) -> MTR-Bench files with
+hard topic switches and a train/test split (assemble).
 
 ``mtr_pipeline`` assembles the stages a run asks for. Options are the keyword parameters of the stages'
 constructors (``Curate``, ``Cluster``), given once by name; an option no chosen stage takes is an error
@@ -12,12 +14,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from convrag.errors import ConvragError
+from convrag.synthesis.assemble import Assemble
 from convrag.synthesis.cluster import Cluster
+from convrag.synthesis.converse import Converse
 from convrag.synthesis.curate import Curate
 from convrag.synthesis.engine import Pipeline, Stage
+from convrag.synthesis.polish import Polish
 
-STAGES: dict[str, type[Stage]] = {"curate": Curate, "cluster": Cluster}
-DEFAULT_STAGES = ("curate", "cluster")
+STAGES: dict[str, type[Stage]] = {"curate": Curate, "cluster": Cluster, "converse": Converse, "polish": Polish,
+                                  "assemble": Assemble}
+DEFAULT_STAGES = tuple(STAGES)
 #: Options every stage gets from the command line itself rather than from --option.
 _SHARED = {"source", "corpus_config"}
 
@@ -52,5 +58,7 @@ def mtr_pipeline(source: str | None, stages: Sequence[str] = DEFAULT_STAGES, *, 
             raise ConvragError(f"--option for stage {name}: {err}") from None
         if isinstance(stage, Cluster):
             stage.after_curate = "curate" in ordered
+        if isinstance(stage, Converse):
+            stage.expected_cluster_size = options.get("cluster_size", 8)
         built.append(stage)
     return Pipeline("mtr", built, seed=seed)

@@ -43,7 +43,11 @@ def test_dry_run_prints_estimates_and_writes_nothing(tmp_path: Path, capsys) -> 
     (["--option", "method=kmeans"], "cluster method must be one of greedy, random"),
     (["--stages", "curate,agents"], "--stages: unknown stage agents; MTR-Pipeline stages: curate, cluster"),
     (["--option", "chunk_size"], "--option expects key=value, got 'chunk_size'"),
-    (["--redo", "polish"], "--redo polish: not a stage of this run"),
+    (["--stages", "curate,cluster", "--redo", "polish"], "--redo polish: not a stage of this run"),
+    (["--stages", "curate,cluster", "--questioner", "default"], "--option questioner: not an option of the stages"),
+    (["--option", "turns=0"], "turns must be >= 1"),
+    (["--option", "layout=paper", "--option", "turns=7"], "an even number >= 2 for layout=paper"),
+    (["--concurrency", "0"], "concurrency must be a whole number >= 1"),
     (["--tasks", "0"], "tasks and workers must be at least 1"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(tmp_path: Path, capsys, args: list[str], message: str) -> None:

@@ -23,7 +23,7 @@ from convrag.synthesis.text import jaccard, shingles
 from tests.conftest import DATA
 
 pytestmark = pytest.mark.slow
-FAST_EMBED = ["--option", "max_seq_length=64"]  # short inputs: the plumbing, not embedding quality
+FAST_EMBED = ["--stages", "curate,cluster", "--option", "max_seq_length=64"]  # short inputs: plumbing, not quality
 
 
 def _corpus(out: Path) -> list[dict]:
@@ -136,7 +136,8 @@ def test_sigkill_at_random_points_then_rerun_gives_the_uninterrupted_output(hotp
                                                                             tmp_path: Path) -> None:
     def command(out: Path) -> list[str]:
         return [sys.executable, "-m", "convrag.cli", "synthesize", "mtr", "--corpus", str(hotpot_jsonl),
-                "--out", str(out), "--tasks", "3", "--workers", "1", "--option", "chunk_size=512",
+                "--out", str(out), "--stages", "curate,cluster", "--tasks", "3", "--workers", "1",
+                "--option", "chunk_size=512",
                 "--option", "max_seq_length=32", "--option", "block=32", "--option", "k=20"]
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}

@@ -254,12 +254,14 @@ class LLM:
                 if value is not None and (check is None or check(value) is None):
                     self.report.count("cache_hits")
                     return Parsed(value=value, text=hit["text"], attempts=hit.get("attempts", 1),
-                                  repairs=list(hit.get("repairs", [])), cached=True)
+                                  repairs=list(hit.get("repairs", [])), cached=True,
+                                  usage=Usage(**hit.get("usage", {})))
             self.report.count("cache_misses")
         constrain = schema_dict if (self.constrained and self.backend.supports_schema) else None
         n = attempts or self.structured_attempts
         errors: list[str] = []
         text = None
+        used = Usage()
         for attempt in range(1, n + 1):
             try:
                 comp = self._call_backend(convo, p, constrain)
@@ -268,6 +270,8 @@ class LLM:
                 self.report.record_failure(str(exc))
                 raise
             text = comp.text
+            used = Usage(used.prompt_tokens + comp.usage.prompt_tokens,
+                         used.completion_tokens + comp.usage.completion_tokens)
             try:
                 value, repairs = parse_structured(text, schema)
                 problem = check(value) if check is not None else None
@@ -284,8 +288,10 @@ class LLM:
                 self.report.count("repairs")
             if use_cache and self.cache is not None:
                 self.cache.put(key, {"text": text, "value": dump_value(value), "attempts": attempt,
-                                     "repairs": repairs}, request={"spec": self.spec, "messages": messages})
-            return Parsed(value=value, text=text, attempts=attempt, repairs=repairs, completion=comp)
+                                     "repairs": repairs, "usage": {"prompt_tokens": used.prompt_tokens,
+                                                                   "completion_tokens": used.completion_tokens}},
+                               request={"spec": self.spec, "messages": messages})
+            return Parsed(value=value, text=text, attempts=attempt, repairs=repairs, completion=comp, usage=used)
         msg = f"{self.spec}: no valid structured reply after {n} attempts: {errors[-1] if errors else ''}"
         self.report.record_failure(msg)
         raise UnparsableReply(msg, attempts=n, last_text=text, errors=errors)

@@ -9,7 +9,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from convrag.llm.types import Completion
+from convrag.llm.types import Completion, Usage
 
 T = TypeVar("T")
 Schema = type[BaseModel] | dict[str, Any]
@@ -29,6 +29,8 @@ class Parsed(Generic[T]):
     repairs: list[str] = field(default_factory=list)
     completion: Completion | None = None
     cached: bool = False
+    #: tokens of every attempt together (kept in the cache, so a cached answer reports what it cost)
+    usage: Usage = field(default_factory=Usage)
 
 
 def json_schema_for(schema: Schema) -> dict[str, Any]:

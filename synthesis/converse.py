@@ -1,0 +1,268 @@
+"""MTR-Pipeline stage 3: conversations written by two agents, turn by turn (paper 4.3; reference 3.1).
+
+One conversation per cluster of the ``cluster`` stage (all of them, or a seeded sample of ``conversations``).
+Per turn t = 1..T the Questioner sees a seeded draw of ``documents_per_turn`` documents of the cluster
+(numbered) and the history, and returns the number of the one document its question targets (the turn's one
+gold document, recorded exactly); the Responder sees the history and only that document and answers.
+
+Batching: conversations are processed in shards of ``shard_size`` (``OUT/converse/part-NNNNN.parquet``,
+``synthesis.records``); inside a shard, turn t of every live conversation runs as one batch of at most
+``concurrency`` parallel requests (Questioner batch, then Responder batch), so an OpenAI-compatible server is
+kept busy. Every call goes through the LLM layer's cache in ``OUT/llm-cache``: after a kill, the finished
+shards are kept and the shard in progress is redone from cached replies, repeating no call that had finished.
+
+Failure rule: a Questioner reply that stays unparsable after the LLM layer's re-asks, a call that fails after
+its retries, or an unusable answer (blank, the failure marker) stops the conversation at the last good turn.
+It is kept, marked incomplete, when it reached ``min_turns`` (default: all turns, so by default it is
+dropped); otherwise it is dropped. Either way the reason is counted. Nothing is filled in; an endpoint that
+stays down stops the run (rerun to resume).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from convrag.errors import ConvragError
+from convrag.llm import LLM, DiskCache, LLMError, UnparsableReply, get_llm, parse_spec, run_batch
+from convrag.llm.report import FREE_BACKENDS
+from convrag.synthesis.agents import AgentError, Doc, Exchange, Questioner, Responder, draw_documents
+from convrag.synthesis.documents import CorpusRef, fetch_documents
+from convrag.synthesis.engine import REPORT_FILE, Estimate, StageContext, StageReport
+from convrag.synthesis.records import RecordStage, read_records
+
+LAYOUTS = ("splice", "paper")
+CACHE_DIR = "llm-cache"
+#: rough characters per token, for dry-run estimates only
+CHARS_PER_TOKEN = 4
+
+
+def role_llm(spec: str | None, ctx: StageContext, concurrency: int) -> LLM:
+    """The LLM of one agent role: its spec (``$CONVRAG_LLM`` / ``default`` when None), cached in OUT/llm-cache,
+    accounted in the stage's report."""
+    return get_llm(spec, cache=DiskCache(ctx.out / CACHE_DIR), report=ctx.llm_report, max_concurrency=concurrency)
+
+
+def spec_label(spec: str | None) -> str:
+    """The spec as recorded in params.json (options after ``;`` left out: they may hold keys)."""
+    return (spec or "$CONVRAG_LLM or default").split(";")[0]
+
+
+def role_estimate(spec: str | None, calls: int, prompt_chars: int, completion_chars: int) -> Estimate:
+    """An estimate for one role from character counts (tokens ~ characters / 4)."""
+    parsed = parse_spec(spec or os.environ.get("CONVRAG_LLM") or "default")
+    return Estimate(llm_calls=calls, prompt_tokens=prompt_chars // CHARS_PER_TOKEN,
+                    completion_tokens=completion_chars // CHARS_PER_TOKEN, model=parsed.target or parsed.kind,
+                    free=parsed.kind in FREE_BACKENDS or parsed.kind in ("default", "gguf", "transformers"))
+
+
+def failure_reason(role: str, error: BaseException) -> str:
+    """The counted reason of a failed agent call."""
+    if isinstance(error, UnparsableReply):
+        return f"{role}: reply unparsable after re-asks"
+    if isinstance(error, AgentError):
+        return f"{role}: unusable reply ({error.reason})"
+    return f"{role}: call failed after retries"
+
+
+@dataclass
+class _Conversation:
+    """A conversation being written: its pool and the turns so far."""
+
+    id: str
+    cluster_idx: int
+    pool: list[Doc]
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    #: why the conversation stopped early ("" while it goes on)
+    reason: str = ""
+
+    @property
+    def history(self) -> list[Exchange]:
+        return [Exchange(t["question"], t["answer"]) for t in self.turns]
+
+
+class Converse(RecordStage):
+    """Questioner + Responder over every cluster (see the module docstring)."""
+
+    name = "converse"
+
+    def __init__(self, source: str | None = None, *, corpus_config: str | None = None, turns: int = 12,
+                 layout: str = "splice", conversations: int | None = None, min_turns: int | None = None,
+                 documents_per_turn: int = 5, questioner_doc_chars: int = 1000, questioner_history_chars: int = 240,
+                 answer_words: int = 150, answer_max_tokens: int = 512, responder_history_chars: int = 600,
+                 questioner: str | None = None, responder: str | None = None, concurrency: int = 8,
+                 shard_size: int = 256) -> None:
+        if layout not in LAYOUTS:
+            raise ConvragError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+        if turns < 1 or (layout == "paper" and (turns < 2 or turns % 2)):
+            raise ConvragError(f"turns must be >= 1 (an even number >= 2 for layout=paper), got {turns}")
+        for name, value in (("documents_per_turn", documents_per_turn), ("concurrency", concurrency),
+                            ("shard_size", shard_size), ("answer_words", answer_words),
+                            ("answer_max_tokens", answer_max_tokens), ("questioner_doc_chars", questioner_doc_chars),
+                            ("questioner_history_chars", questioner_history_chars),
+                            ("responder_history_chars", responder_history_chars)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConvragError(f"{name} must be a whole number >= 1, got {value!r}")
+        self.source, self.corpus_config = source, corpus_config
+        self.turns, self.layout = turns, layout
+        #: turns each agent conversation gets: the paper layout joins two conversations of half the length
+        self.generated_turns = turns // 2 if layout == "paper" else turns
+        if min_turns is not None and not 1 <= min_turns <= self.generated_turns:
+            raise ConvragError(f"min_turns must be in 1..{self.generated_turns}, got {min_turns}")
+        if conversations is not None and conversations < 1:
+            raise ConvragError(f"conversations must be >= 1, got {conversations}")
+        self.conversations, self.min_turns = conversations, min_turns or self.generated_turns
+        self.documents_per_turn = documents_per_turn
+        self.questioner_options = {"doc_chars": questioner_doc_chars, "history_answer_chars": questioner_history_chars}
+        self.responder_options = {"answer_words": answer_words, "max_tokens": answer_max_tokens,
+                                  "history_answer_chars": responder_history_chars}
+        self.questioner, self.responder, self.concurrency = questioner, responder, concurrency
+        self.shard_size = shard_size
+        #: set by the pipeline from the cluster stage, for dry-run estimates before clustering
+        self.expected_cluster_size = 8
+
+    def params(self) -> dict[str, Any]:
+        return {"turns": self.turns, "layout": self.layout, "conversations": self.conversations,
+                "min_turns": self.min_turns, "documents_per_turn": self.documents_per_turn,
+                "questioner": spec_label(self.questioner), "responder": spec_label(self.responder),
+                **{f"questioner_{k}": v for k, v in self.questioner_options.items()},
+                **{f"responder_{k}": v for k, v in self.responder_options.items()}, "shard_size": self.shard_size}
+
+    # -- input ----------------------------------------------------------------------------------------------
+    def _clusters(self, out: Path) -> list[tuple[int, list[str]]]:
+        from convrag.synthesis.cluster import read_clusters
+
+        clusters = read_clusters(out)
+        if self.conversations is not None and self.conversations < len(clusters):
+            rng = random.Random(f"conversations:{self.conversations}")
+            clusters = sorted(rng.sample(clusters, self.conversations))
+        return clusters
+
+    def records(self, ctx: StageContext) -> Iterable[dict[str, Any]]:
+        ctx.stage_folder("cluster")
+        for cluster_idx, doc_ids in self._clusters(ctx.out):
+            yield {"id": f"c{cluster_idx:06d}", "cluster_idx": cluster_idx, "doc_ids": doc_ids}
+
+    def total(self, ctx: StageContext) -> int | None:
+        return len(self._clusters(ctx.out))
+
+    # -- estimate -------------------------------------------------------------------------------------------
+    def _expected_conversations(self, ctx: StageContext) -> tuple[int | None, str]:
+        if (ctx.out / "cluster" / REPORT_FILE).is_file():
+            return len(self._clusters(ctx.out)), ""
+        if self.conversations is not None:
+            return self.conversations, "at most"
+        ref = CorpusRef(ctx.out, self.source, self.corpus_config)
+        if ref.curated is None and self.source is None:
+            return None, ""
+        from convrag.synthesis.corpus_source import corpus_files, count_documents
+        from convrag.synthesis.shards import count_rows
+
+        docs = count_rows(ref.curated) if ref.curated else count_documents(corpus_files(self.source,
+                                                                                        self.corpus_config))
+        return max(1, docs // self.expected_cluster_size), "about (documents / cluster size, before curation)"
+
+    def estimate(self, ctx: StageContext) -> Estimate:
+        n, how = self._expected_conversations(ctx)
+        if n is None:
+            return Estimate(note="conversations known after clustering; --option conversations=N to estimate")
+        q = Questioner(None, **self.questioner_options)  # type: ignore[arg-type]
+        r = Responder(None, **self.responder_options)  # type: ignore[arg-type]
+        doc = Doc("d", "A document title", "word " * (self.questioner_options["doc_chars"] // 5))
+        answer = "word " * self.responder_options["answer_words"]
+        question = "What is a typical question about this document, in about eighty characters?"
+        q_chars = r_chars = 0
+        history: list[Exchange] = []
+        for t in range(1, self.generated_turns + 1):
+            drawn = [doc] * self.documents_per_turn
+            q_chars += sum(len(m["content"]) for m in q.messages(drawn, history, f"estimate:{t}"))
+            r_chars += sum(len(m["content"]) for m in r.messages(history, question, doc))
+            history.append(Exchange(question, answer))
+        calls = n * self.generated_turns
+        parts = [role_estimate(self.questioner, calls, n * q_chars, calls * (len(question) + 40)),
+                 role_estimate(self.responder, calls, n * r_chars, calls * len(answer))]
+        note = f"{how + ' ' if how else ''}{n:,} conversations x {self.generated_turns} turns; tokens ~ chars / 4"
+        return Estimate(records=n, llm_calls=2 * calls, prompt_tokens=sum(p.prompt_tokens for p in parts),
+                        completion_tokens=sum(p.completion_tokens for p in parts), note=note, parts=parts)
+
+    # -- run ------------------------------------------------------------------------------------------------
+    def run(self, ctx: StageContext) -> StageReport:
+        self._ref = CorpusRef(ctx.out, self.source, self.corpus_config)
+        self._questioner = Questioner(role_llm(self.questioner, ctx, self.concurrency), **self.questioner_options)
+        self._responder = Responder(role_llm(self.responder, ctx, self.concurrency), **self.responder_options)
+        report = super().run(ctx)
+        report.figures = turn_figures(read_records(ctx.folder), ("questioner", "responder"))
+        return report
+
+    def process(self, batch: list[dict[str, Any]], ctx: StageContext) -> tuple[list[dict[str, Any]], Counter[str]]:
+        docs = fetch_documents(self._ref, {d for rec in batch for d in rec["doc_ids"]})
+        convs = [_Conversation(rec["id"], rec["cluster_idx"],
+                               [Doc(d, docs[d]["title"], docs[d]["text"]) for d in rec["doc_ids"]]) for rec in batch]
+        bar = tqdm(total=len(convs) * self.generated_turns, unit="turn", disable=not ctx.progress, leave=False,
+                   desc=f"converse: {len(convs)} conversations")
+        for t in range(1, self.generated_turns + 1):
+            live = [c for c in convs if not c.reason]
+            bar.update(len(convs) - len(live))
+            bar.set_description(f"converse: turn {t}/{self.generated_turns}, {len(live)} conversations")
+            keys = [f"{ctx.seed}:{c.id}:{t}" for c in live]
+            drawn = [draw_documents(c.pool, self.documents_per_turn, key) for c, key in zip(live, keys, strict=True)]
+            asked = run_batch(list(zip(live, drawn, keys, strict=True)),
+                              lambda item: self._questioner.ask(item[1], item[0].history, item[2]),
+                              self.concurrency, catch=(LLMError,))
+            for i, err in asked.errors.items():
+                live[i].reason = failure_reason("questioner", err)
+            bar.update(len(asked.errors))
+            shown = {c.id: docs for c, docs in zip(live, drawn, strict=True)}
+            posed = [(c, q) for c, q in zip(live, asked.results, strict=True) if q is not None]
+            answered = run_batch(posed, lambda cq: self._responder.answer(cq[0].history, cq[1].text, cq[1].gold),
+                                 self.concurrency, catch=(LLMError,), on_result=lambda *_: bar.update())
+            for i, ((conv, question), answer) in enumerate(zip(posed, answered.results, strict=True)):
+                if answer is None:
+                    conv.reason = failure_reason("responder", answered.errors[i])
+                    continue
+                conv.turns.append({
+                    "turn": t, "question": question.text, "original_question": question.text, "answer": answer.text,
+                    "gold": question.gold.doc_id, "drawn": [d.doc_id for d in shown[conv.id]],
+                    "prompt_tokens": question.prompt_tokens + answer.prompt_tokens,
+                    "completion_tokens": question.completion_tokens + answer.completion_tokens,
+                    "role_tokens": {"questioner_prompt": question.prompt_tokens,
+                                    "questioner_completion": question.completion_tokens,
+                                    "responder_prompt": answer.prompt_tokens,
+                                    "responder_completion": answer.completion_tokens,
+                                    "polisher_prompt": 0, "polisher_completion": 0},
+                    "polish": "not run"})
+        bar.close()
+        rows: list[dict[str, Any]] = []
+        drops: Counter[str] = Counter()
+        for c in convs:
+            if c.reason and len(c.turns) < self.min_turns:
+                drops[c.reason] += 1
+                continue
+            stop = f"{c.reason} at turn {len(c.turns) + 1}" if c.reason else ""
+            rows.append({"id": c.id, "cluster_idx": c.cluster_idx, "doc_ids": [d.doc_id for d in c.pool],
+                         "turns": c.turns, "complete": not c.reason, "stop_reason": stop})
+        return rows, drops
+
+
+def turn_figures(records: Iterable[dict[str, Any]], roles: tuple[str, ...]) -> dict[str, Any]:
+    """Mean and max prompt tokens per call of each role at each turn (the prompt budget), and turn counts."""
+    sums: dict[str, list[int]] = {}
+    for rec in records:
+        for turn in rec["turns"]:
+            tokens = turn.get("role_tokens") or {}
+            for role in roles:
+                value = tokens.get(f"{role}_prompt")
+                if value:
+                    sums.setdefault(f"{role}@{turn['turn']}", []).append(int(value))
+    figures: dict[str, Any] = {}
+    for key, values in sorted(sums.items(), key=lambda kv: (kv[0].split("@")[0], int(kv[0].split("@")[1]))):
+        figures[f"prompt_tokens_{key.replace('@', '_turn_')}"] = (f"mean {sum(values) / len(values):,.0f}, "
+                                                                  f"max {max(values):,}")
+    return figures

@@ -1,0 +1,111 @@
+"""The whole MTR-Pipeline through the embedded local model on the real cited MTRAG passages: curate, cluster,
+converse, polish, assemble; killed with SIGKILL while the agents write, resumed, then built with
+``convrag build mtr-bench`` and scored with ``convrag evaluate``.
+
+SmolLM2-135M only proves the plumbing here: nothing below measures the quality of what it writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from convrag.cli import main
+from convrag.synthesis.records import read_records
+
+from .conftest import DATA
+
+pytestmark = pytest.mark.slow
+
+#: 8 conversations x 4 turns with short texts, so the local model gets through them in a few minutes
+SMALL = ["--option", "max_seq_length=64", "--option", "conversations=8", "--option", "turns=4",
+         "--option", "min_turns=1", "--option", "answer_words=50", "--option", "answer_max_tokens=120",
+         "--option", "questioner_doc_chars=500", "--option", "test_fraction=0.5", "--concurrency", "2"]
+
+
+@pytest.fixture(scope="module")
+def mtrag_cited(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("built") / "mtrag"
+    assert main(["build", "mtrag", "--source", str(DATA / "mtrag"), "--config", "all-cited-corpus",
+                 "--out", str(out)]) == 0
+    return out
+
+
+def _cache_entries(out: Path) -> set[str]:
+    return {p.name for p in (out / "llm-cache").rglob("*.json")} if (out / "llm-cache").is_dir() else set()
+
+
+def _report(out: Path, stage: str) -> dict:
+    return json.loads((out / stage / "report.json").read_text(encoding="utf-8"))
+
+
+def _tables(out: Path) -> str:
+    """Every record of the agent stages and the assembled files, as JSON (NaN written as NaN, so it compares)."""
+    tables = {stage: list(read_records(out / stage)) for stage in ("converse", "polish")}
+    for split in ("test", "train", "corpus"):
+        tables[split] = pq.read_table(out / "assemble" / f"{split}.parquet").to_pylist()
+    return json.dumps(tables, sort_keys=True)
+
+
+def test_pipeline_killed_mid_agents_resumes_builds_and_evaluates(mtrag_cited: Path, tmp_path: Path) -> None:
+    out = tmp_path / "syn"
+    command = [sys.executable, "-m", "convrag.cli", "synthesize", "mtr", "--corpus", str(mtrag_cited),
+               "--out", str(out), "--no-progress", *SMALL]
+    env = {k: v for k, v in os.environ.items() if k != "CONVRAG_LLM"} | {"HF_HUB_OFFLINE": "1"}
+    log = (tmp_path / "first.log").open("w")
+    proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 1200
+    while len(_cache_entries(out)) < 10:  # some turns answered, the converse stage not finished
+        assert proc.poll() is None, (tmp_path / "first.log").read_text()
+        assert time.monotonic() < deadline, "no LLM reply cached in 20 minutes"
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    log.close()
+    finished = _cache_entries(out)
+    assert not (out / "converse" / "report.json").exists()
+
+    rerun = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert "Warning: the questioner, responder, polisher ran on the embedded SmolLM2-135M placeholder" in rerun.stdout
+    converse = _report(out, "converse")
+    # every call that had finished before the kill is answered from the cache, none is made again
+    assert converse["llm"]["cache_hits"] == len(finished)
+    # no conversation lost or duplicated: each of the 8 clusters is written once or its drop is counted
+    records = list(read_records(out / "converse"))
+    assert len({r["id"] for r in records}) == len(records) == converse["records_out"]
+    assert converse["records_in"] == 8 and converse["records_out"] + sum(converse["dropped"].values()) == 8
+    assert records, "every conversation was dropped"
+    for rec in records:
+        assert [t["turn"] for t in rec["turns"]] == list(range(1, len(rec["turns"]) + 1))
+        assert all(t["gold"] in rec["doc_ids"] and t["gold"] in t["drawn"] and t["answer"].strip()
+                   for t in rec["turns"])
+    polished = list(read_records(out / "polish"))
+    assert [r["id"] for r in polished] == [r["id"] for r in records]
+    for before, after in zip(records, polished, strict=True):
+        assert [t["original_question"] for t in after["turns"]] == [t["question"] for t in before["turns"]]
+        assert after["turns"][0]["polish"] == "first turn"
+
+    # the resumed output is the output of an uninterrupted run: redo the agents from the cache only
+    first = _tables(out)
+    assert main(["synthesize", "mtr", "--corpus", str(mtrag_cited), "--out", str(out), "--no-progress",
+                 "--redo", "converse", *SMALL]) == 0
+    assert _report(out, "converse")["llm"]["calls"] == 0 and _report(out, "polish")["llm"]["calls"] == 0
+    assert _tables(out) == first
+
+    built = tmp_path / "built"
+    assert main(["build", "mtr-bench", "--source", str(out / "assemble"), "--out", str(built)]) == 0
+    queries = pq.read_table(next((built / "queries").glob("test-*.parquet"))).to_pylist()
+    assert len(queries) == len(json.loads(first)["test"])
+    assert main(["evaluate", str(built), "--retrievers", "bm25", "--bootstrap", "20", "--no-progress",
+                 "--out", str(tmp_path / "results")]) == 0
+    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    assert len(results["per_query"]["bm25|lastturn"]) == len(queries)
