@@ -201,7 +201,7 @@ def _params(temperature: float, top_p: float, max_tokens: int) -> SamplingParams
 class Questioner:
     """Asks the next user question about one of the drawn documents (module docstring: what it sees)."""
 
-    def __init__(self, llm: LLM, *, doc_chars: int = 1000, history_answer_chars: int = 240, max_tokens: int = 256,
+    def __init__(self, llm: LLM, *, doc_chars: int = 800, history_answer_chars: int = 240, max_tokens: int = 256,
                  temperature: float = 0.8, top_p: float = 0.95) -> None:
         self.llm = llm
         self.doc_chars = doc_chars

@@ -95,7 +95,7 @@ class Converse(RecordStage):
 
     def __init__(self, source: str | None = None, *, corpus_config: str | None = None, turns: int = 12,
                  layout: str = "splice", conversations: int | None = None, min_turns: int | None = None,
-                 documents_per_turn: int = 5, questioner_doc_chars: int = 1000, questioner_history_chars: int = 240,
+                 documents_per_turn: int = 5, questioner_doc_chars: int = 800, questioner_history_chars: int = 240,
                  answer_words: int = 150, answer_max_tokens: int = 512, responder_history_chars: int = 600,
                  questioner: str | None = None, responder: str | None = None, concurrency: int = 8,
                  shard_size: int = 256) -> None:

@@ -267,3 +267,39 @@ def test_bad_options_are_one_line_errors() -> None:
         Converse(layout="paper", turns=12, min_turns=7)
     with pytest.raises(ConvragError, match="documents_per_turn must be a whole number >= 1"):
         Converse(documents_per_turn=0)
+
+
+def test_prompt_budget_at_twelve_turns_with_real_texts() -> None:
+    """Prompt tokens (the embedded model's tokenizer) of each agent at turn 12 with full history, built from real
+    MTRAG texts at their longest: passages joined to 2,048-character chunks, agent answers of 120+ words."""
+    from llama_cpp import Llama
+
+    from convrag.llm.backends.llamacpp import default_gguf_path
+    from convrag.llm.prompts import load_prompt
+    from convrag.llm.structured import compact_schema, json_schema_for
+    from convrag.synthesis.agents import Doc, Exchange, Polisher, Questioner, QuestionReply, Responder
+
+    from .conftest import DATA
+
+    vocab = Llama(str(default_gguf_path()), vocab_only=True, verbose=False)
+
+    def tokens(messages: list[dict[str, str]]) -> int:
+        return sum(len(vocab.tokenize(m["content"].encode("utf-8"), add_bos=False)) for m in messages)
+
+    conversations = json.loads((DATA / "mtrag" / "mtrag-human" / "conversations" / "conversations.json").read_text())
+    messages = [m for c in conversations for m in c["messages"]]
+    questions = [m["text"] for m in messages if m["speaker"] == "user"]
+    answers = [m["text"] for m in messages if m["speaker"] == "agent" and len(m["text"].split()) >= 120]
+    passages = [x["text"] for m in messages for x in m.get("contexts") or [] if len(x["text"]) > 900]
+    docs = [Doc(f"d{i}", "A title of a few words", f"{passages[i]} {passages[i + 1]}"[:2048]) for i in range(5)]
+    history = [Exchange(questions[i], answers[i]) for i in range(11)]
+    schema = json.dumps(compact_schema(json_schema_for(QuestionReply)), ensure_ascii=False)
+    structured = load_prompt("structured_output").render(schema_json=schema)
+    budget = {"questioner": tokens(Questioner(None).messages(docs, history, "0:c1:12")) + tokens(structured),
+              "responder": tokens(Responder(None).messages(history, questions[11], docs[0])),
+              "polisher": tokens(Polisher(None).messages(history, questions[11]))}
+    assert all(n < 3000 for n in budget.values()), budget
+    # what keeps the Questioner under budget: its history answers are cut (to 240 characters) and its documents
+    # (to 800); with whole answers and documents, as the authors show them, it is far over
+    whole = Questioner(None, doc_chars=2048, history_answer_chars=10**6).messages(docs, history, "0:c1:12")
+    assert tokens(whole) > 4000, tokens(whole)
