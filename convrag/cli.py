@@ -237,6 +237,13 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_audit(args: argparse.Namespace) -> int:
+    """Judge the labels of built folders (MTR-Eval, RECOR's judges, missed-relevant estimate)."""
+    from convrag.audit.command import run_command
+
+    return run_command(args)
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from convrag.builders import available
     from convrag.retrievers import available_retrievers
@@ -361,6 +368,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print records, LLM calls, tokens and cost; write nothing")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.set_defaults(func=cmd_synthesize)
+
+    p = sub.add_parser("audit", help="judge a built benchmark's labels (MTR-Eval, RECOR judges, missed relevant)")
+    p.add_argument("folders", nargs="+", metavar="FOLDER", help="folders written by `convrag build`")
+    p.add_argument("--out", required=True, help="output folder: verdicts.jsonl, summary.json / .md, heatmap.png")
+    p.add_argument("--judge", action="append", metavar="SPEC",
+                   help="judge LLM spec (repeatable: an ensemble; default $CONVRAG_LLM or the embedded placeholder)")
+    p.add_argument("--dimensions", default="all",
+                   help="mtr-eval, recor, all (default) or names: completeness, query_evidence, answer_faithfulness, "
+                        "answer_quality, naturalness, turn_coherence, question_quality, groundedness, "
+                        "dependency_type, question_pattern")
+    p.add_argument("--sample", type=int, help="judge a seeded random sample of N turns per folder")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sample and of the candidate shuffles")
+    p.add_argument("--split", help="split to audit (default: the benchmark's evaluation split)")
+    p.add_argument("--negatives", type=int, default=7, help="hard negatives beside the gold for completeness (7)")
+    p.add_argument("--missed", action="store_true",
+                   help="also estimate relevant documents the labels miss (pool, judge 0-3, rescore)")
+    p.add_argument("--pool-retrievers", default="bm25,dense", help="retrievers pooled for --missed (bm25,dense)")
+    p.add_argument("--pool-depth", type=int, default=10, help="top-k of each retriever pooled for --missed (10)")
+    p.add_argument("--concurrency", type=int, default=4, help="judge calls in flight at once (4)")
+    p.add_argument("--cache", help="judge cache folder (default: the LLM layer's; one sub-folder per judge)")
+    p.add_argument("--dry-run", action="store_true", help="print calls, tokens and cost per judge; call nothing")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.set_defaults(func=cmd_audit)
 
     p = sub.add_parser("list", help="list registered benchmarks and retrievers")
     p.set_defaults(func=cmd_list)

@@ -21,6 +21,26 @@ SAMPLE_FIELDS = {
     "gen_faithfulness_claims": {"question": "user: q", "response": "r"},
     "gen_faithfulness_verdicts": {"passages": ["p"], "claims": ["c1", "c2"]},
 }
+_DOC = {"number": 1, "title": "Danube", "text": "The Danube flows into the Black Sea."}
+_EXCHANGE = {"question": "Where does the Danube start?", "answer": "In the Black Forest."}
+_EXAMPLE = {"documents": [_DOC], "document": 1, "question": "Where does it end?", "history": [_EXCHANGE]}
+_HISTORY = [{"role": "user", "text": "Where does the Danube start?"}, {"role": "assistant", "text": "In Germany."}]
+SAMPLE_FIELDS.update({
+    "mtr_questioner_first": {"documents": [_DOC], "example": _EXAMPLE},
+    "mtr_questioner_next": {"documents": [_DOC], "history": [_EXCHANGE], "example": _EXAMPLE},
+    "mtr_responder": {"answer_words": 150, "title": "Danube", "text": "It flows east.", "question": "Where to?"},
+    "mtr_polisher": {"history": [_EXCHANGE], "question": "Where does the Danube end?"},
+    "audit_query_evidence": {"query": "q", "document": "d", "history": _HISTORY},
+    "audit_discriminability": {"query": "q", "documents": ["d1", "d2"], "history": _HISTORY},
+    "audit_faithfulness": {"query": "q", "documents": ["d"], "answer": "a"},
+    "audit_answer_quality": {"query": "q", "documents": ["d"], "answer": "a"},
+    "audit_conversation_quality": {"turns": [{"number": 1, "query": "q", "answer": "a", "documents": ["D1"]}],
+                                   "dimensions": ["naturalness", "groundedness"],
+                                   "documents": [{"key": "D1", "title": "t", "text": "x"}]},
+    "audit_turn_dependency": {"history": [("user", "q"), ("assistant", "a")], "query": "and then?"},
+    "audit_question_pattern": {"query": "why?"},
+    "audit_relevance_graded": {"query": "q", "document": "d"},
+})
 
 
 def test_every_shipped_prompt_renders() -> None:

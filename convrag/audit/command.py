@@ -1,0 +1,84 @@
+"""The ``convrag audit`` command: judges over built folders, outputs, and the optional missed-relevant estimate."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from convrag.errors import ConvragError
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """``convrag audit``: load every folder, judge (or estimate with ``--dry-run``), write and print the results."""
+    from convrag.audit.items import load_items
+    from convrag.audit.report import heatmap, render, summarize
+    from convrag.audit.runner import estimate, make_judges, parse_dimensions, run_audit, write_verdicts
+    from convrag.llm.spec import PLACEHOLDER_WARNING, REAL_MODEL_HINT, SPEC_ENV, is_placeholder
+    from convrag.synthesis.engine import write_json_atomic
+
+    dimensions = parse_dimensions(args.dimensions)
+    specs = args.judge or [os.environ.get(SPEC_ENV) or "default"]
+    for flag, value in (("--concurrency", args.concurrency), ("--negatives", args.negatives),
+                        ("--pool-depth", args.pool_depth)):
+        if value < 1:
+            raise ConvragError(f"{flag} must be at least 1, got {value}")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ConvragError(f"{out}: --out names a file, not a folder")
+    sets = [load_items(f, split=args.split, sample=args.sample, seed=args.seed) for f in args.folders]
+    if args.dry_run:
+        print(f"Dry run: {', '.join(dimensions)}; nothing is called or written.")
+        print(f"{'folder':<28} {'judge':<36} {'calls':>8} {'prompt tok':>12} {'output tok':>11} {'cost':>10}")
+        for audit_set in sets:
+            for row in estimate(audit_set, specs, dimensions, seed=args.seed, negatives=args.negatives):
+                cost = "unpriced" if row["cost_usd"] is None else f"${row['cost_usd']:.4f}"
+                print(f"{audit_set.benchmark:<28} {row['judge']:<36} {row['calls']:>8,} {row['prompt_tokens']:>12,} "
+                      f"{row['completion_tokens']:>11,} {cost:>10}")
+        print("Tokens are the real prompts' characters / 4 and 150 output tokens per call.")
+        return 0
+    judges = make_judges(specs, args.cache, args.concurrency)
+    progress = not args.no_progress and sys.stderr.isatty()
+    runs = [run_audit(s, judges, dimensions, seed=args.seed, negatives=args.negatives,
+                      concurrency=args.concurrency, progress=progress) for s in sets]
+    out.mkdir(parents=True, exist_ok=True)
+    n = write_verdicts(out / "verdicts.jsonl", runs)
+    summary = summarize(runs)
+    summary.update(dimensions=dimensions, judges=specs, sample=args.sample, seed=args.seed,
+                   llm={j.spec: j.report.to_dict() for j in judges})
+    if args.missed:
+        summary["missed"] = _audit_missed(args, sets, judges, out)
+    write_json_atomic(out / "summary.json", summary)
+    text = render(summary)
+    (out / "summary.md").write_text(text, encoding="utf-8")
+    plot = heatmap(summary, out / "heatmap.png")
+    print(text)
+    print(f"Wrote {out}/verdicts.jsonl ({n:,} verdicts), summary.json, summary.md" + (", heatmap.png" if plot else ""))
+    if any(is_placeholder(j) for j in judges):
+        print(f"\nWarning: {PLACEHOLDER_WARNING}. To measure, {REAL_MODEL_HINT.replace('point it', 'point --judge')}.")
+    return 0
+
+
+def _audit_missed(args: argparse.Namespace, sets: list, judges: list, out: Path) -> dict[str, Any]:
+    """The missed-relevant estimate of every folder with every judge: pool, judge, suspected qrels, rescoring."""
+    from convrag.audit.missed import estimate_missed, rescore, write_suspected_qrels
+    from convrag.audit.pooling import LLMRelevanceJudge, pool
+
+    retrievers = [r.strip() for r in args.pool_retrievers.split(",") if r.strip()]
+    result: dict[str, Any] = {}
+    for audit_set in sets:
+        pooled = pool(audit_set, retrievers, k=args.pool_depth)
+        for llm in judges:
+            report = estimate_missed(audit_set, pooled, LLMRelevanceJudge(llm), concurrency=args.concurrency)
+            stem = f"{audit_set.benchmark}-{re.sub(r'[^A-Za-z0-9._-]+', '_', llm.spec)}"
+            lines = write_suspected_qrels(report, out / f"suspected-qrels-{stem}.trec")
+            table = rescore(audit_set, pooled, report)
+            (out / f"rescored-{stem}.md").write_text(table.markdown(), encoding="utf-8")
+            result[stem] = {**report.summary(), "suspected_qrels_lines": lines, "rescored": table.rows(),
+                            "kendall_tau": table.tau}
+            print(f"missed-relevant, {audit_set.benchmark}, {llm.spec}: {report.summary()['suspected']:,} suspected "
+                  f"documents; share of turns with one: {report.share_with_new}; rankings tau {table.tau}")
+    return result

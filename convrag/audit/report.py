@@ -1,0 +1,127 @@
+"""The audit's outputs: ``summary.json``, ``summary.md`` (MTR-Suite Table 4 shape, RECOR's quality table, label
+distributions, per-judge table) and ``heatmap.png`` (judge x dimension), from the verdicts of one or more folders.
+
+Every mean is ``metrics/audit``'s: per judge over readable verdicts, then the unweighted mean over judges.
+Comp. is an accuracy in [0, 1] (chance 1/8 with 8 candidates); the table also shows it x 5, the likely
+convention behind the paper's 5-point "Comp." column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from convrag.audit import mtr_eval, recor_judges
+from convrag.audit.runner import AuditRun, item_domain
+from convrag.metrics.audit.aggregate import aggregate_labels, aggregate_scores
+from convrag.metrics.audit.judging import LABEL_SETS
+
+SCORE_LABELS = {**mtr_eval.LABELS, "naturalness": "Natural.", "turn_coherence": "Coherence",
+                "question_quality": "Q. quality", "groundedness": "Grounded."}
+
+
+def _aggregate(verdicts: Sequence[Any]) -> dict[str, Any]:
+    scored = [v for v in verdicts if v.dimension not in LABEL_SETS]
+    labelled = [v for v in verdicts if v.dimension in LABEL_SETS]
+    out = aggregate_scores([v.judge for v in scored], [v.dimension for v in scored], [v.score for v in scored],
+                           [v.error for v in scored])
+    out["labels"] = aggregate_labels([v.judge for v in labelled], [v.dimension for v in labelled],
+                                     [v.label for v in labelled], LABEL_SETS)
+    return out
+
+
+def summarize(runs: Sequence[AuditRun]) -> dict[str, Any]:
+    """Aggregates per benchmark, per (benchmark, domain), plus counts of what was not judged."""
+    out: dict[str, Any] = {"benchmarks": {}}
+    for run in runs:
+        name = run.audit_set.benchmark
+        domains = item_domain(run.audit_set.items)
+        by_domain: dict[str, list[Any]] = {}
+        for v in run.verdicts:
+            by_domain.setdefault(domains.get(v.item_id, ""), []).append(v)
+        out["benchmarks"][name] = {
+            "folder": str(run.audit_set.folder), "items": len(run.audit_set.items),
+            "skipped": run.audit_set.skipped, "not_applicable": dict(run.not_applicable),
+            "verdicts": len(run.verdicts), "all": _aggregate(run.verdicts),
+            "domains": {d: _aggregate(vs) for d, vs in sorted(by_domain.items()) if d},
+        }
+    return out
+
+
+def _cell(value: float | None, digits: int = 2) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _rows(summary: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    rows = []
+    for name, bench in summary["benchmarks"].items():
+        rows.append((name, bench["all"]))
+        rows += [(f"{name} / {d}", agg) for d, agg in bench["domains"].items()]
+    return rows
+
+
+def render(summary: Mapping[str, Any]) -> str:
+    """The Markdown tables."""
+    lines = ["## MTR-Eval (mean over judges; Comp. = accuracy of picking the gold among 8)", "",
+             "| Benchmark | Comp. | Comp. x5 | Q-E | A-E | Qual. |", "|---|---|---|---|---|---|"]
+    for name, agg in _rows(summary):
+        o = agg["overall"]
+        comp = o.get("completeness", {}).get("mean")
+        lines.append(f"| {name} | {_cell(comp, 3)} | {_cell(None if comp is None else comp * 5)} | "
+                     + " | ".join(_cell(o.get(d, {}).get("mean")) for d in mtr_eval.DIMENSIONS[1:]) + " |")
+    lines += ["", "## RECOR quality judges (1-5, mean over judges)", "",
+              "| Benchmark | " + " | ".join(SCORE_LABELS[d] for d in recor_judges.DIMENSIONS) + " |",
+              "|---" * (len(recor_judges.DIMENSIONS) + 1) + "|"]
+    for name, agg in _rows(summary):
+        lines.append(f"| {name} | " + " | ".join(_cell(agg["overall"].get(d, {}).get("mean"))
+                                                   for d in recor_judges.DIMENSIONS) + " |")
+    lines += ["", "## Turn labels (RECOR Tables 29-30): share of turns, normalised entropy H / log K", ""]
+    for name, bench in summary["benchmarks"].items():
+        for dim, by_judge in bench["all"]["labels"].items():
+            for judge, slot in by_judge.items():
+                top = sorted(slot["shares"].items(), key=lambda kv: -kv[1])[:4]
+                shares = ", ".join(f"{k} {v:.0%}" for k, v in top) or "none parsed"
+                lines.append(f"- {name}, {dim}, {judge}: {shares}; entropy "
+                             f"{_cell(slot['normalized_entropy'], 3)}; unparsed {slot['unparsed']}")
+    lines += ["", "## Per judge (mean / readable verdicts / excluded)", "",
+              "| Benchmark | Judge | Dimension | Mean | n | Excluded |", "|---|---|---|---|---|---|"]
+    for name, bench in summary["benchmarks"].items():
+        for judge, dims in bench["all"]["per_judge"].items():
+            for dim, s in dims.items():
+                lines.append(f"| {name} | {judge} | {dim} | {_cell(s['mean'], 3)} | {s['n']} | {s['failed']} |")
+    return "\n".join(lines) + "\n"
+
+
+def heatmap(summary: Mapping[str, Any], path: Path) -> Path | None:
+    """judge x dimension means (Comp. shown x 5 so that every cell is on the 1-5 axis); None without scores."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells: dict[tuple[str, str], float] = {}
+    for name, bench in summary["benchmarks"].items():
+        for judge, dims in bench["all"]["per_judge"].items():
+            for dim, s in dims.items():
+                if s["mean"] is not None:
+                    scale = 5.0 if dim == "completeness" else 1.0
+                    cells[(f"{judge} ({name})", SCORE_LABELS.get(dim, dim))] = s["mean"] * scale
+    if not cells:
+        return None
+    rows = sorted({r for r, _ in cells})
+    cols = [SCORE_LABELS[d] for d in SCORE_LABELS if any(c == SCORE_LABELS[d] for _, c in cells)]
+    grid = [[cells.get((r, c), float("nan")) for c in cols] for r in rows]
+    fig, ax = plt.subplots(figsize=(1.2 * len(cols) + 3, 0.5 * len(rows) + 1.5))
+    im = ax.imshow(grid, vmin=1, vmax=5, cmap="viridis", aspect="auto")
+    ax.set_xticks(range(len(cols)), cols, rotation=30, ha="right")
+    ax.set_yticks(range(len(rows)), rows)
+    for i, row in enumerate(grid):
+        for j, v in enumerate(row):
+            if v == v:
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="white" if v < 3.5 else "black")
+    fig.colorbar(im, ax=ax, label="mean (Comp. x5)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

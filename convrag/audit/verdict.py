@@ -1,0 +1,122 @@
+"""The verdict record every audit judge call ends as, and the shared ways of reading a judge's reply.
+
+A judge replies either through structured output (a JSON object with a ``rationale`` field first, then the
+verdict field) when its backend supports constrained decoding, or in free text that ends with a verdict line,
+read by :func:`parse_rating` (1-5 style scales) or :func:`parse_choice` (a numbered document). A reply from
+which no verdict can be read is kept with ``score=None`` and the reason in ``error``; it is never given a
+default score, and aggregates leave it out of their means and count it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from convrag.llm import LLM, EndpointUnreachable, LLMFailure, Message, SamplingParams, UnparsableReply
+
+
+@dataclass
+class Verdict:
+    """One judge's verdict on one audit item along one dimension.
+
+    ``score``: the number the dimension averages (None when no verdict could be read, with ``error`` set to
+    ``"unparseable: ..."`` or ``"call failed: ..."``); ``label``: a categorical verdict where the dimension
+    has one; ``rationale``: the judge's reasoning; ``raw``: its whole reply; ``extra``: dimension details.
+    """
+
+    item_id: str
+    judge: str
+    dimension: str
+    score: float | None
+    label: str | None
+    rationale: str
+    raw: str
+    error: str | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (one per-item JSONL row)."""
+        return asdict(self)
+
+
+#: an optionally bold "Rating" label, an optional colon, then the number: "**Rating:** 4", "Rating: 4", "**Rating**: 4"
+_RATING = re.compile(r"\**\s*\brating\s*\**\s*:?\s*\**\s*(\d+)(?!\d)", re.I)
+#: a number standing alone: not part of a longer number or of a decimal ("3.5", "2024")
+_NUMBER = re.compile(r"(?<![\d.])(\d+)(?!\d|\.\d)")
+#: a bracketed document number at the very end (trailing spaces, bold stars or a full stop allowed)
+_CHOICE = re.compile(r"\[(\d+)\][\s*.]*$")
+#: a line that states the verdict ("**Rating:** 4", "Document ID: [3]"), cut off to leave the rationale
+_VERDICT_LINE = re.compile(r"^[ \t>*_#-]*(?:rating|document(?: id)?)\s*\**\s*:", re.I | re.M)
+_JUSTIFICATION = re.compile(r"^\s*\**\s*(?:justification|rationale)\s*\**\s*:?\s*\**\s*", re.I)
+
+
+def parse_rating(text: str, low: int = 1, high: int = 5) -> int | None:
+    """The rating in a free-text reply: the last "Rating" label (optionally bold, optional colon) followed by an
+    integer in ``[low, high]``; else the last standalone integer in range anywhere in the text; else None."""
+    labelled = [int(m.group(1)) for m in _RATING.finditer(text) if low <= int(m.group(1)) <= high]
+    if labelled:
+        return labelled[-1]
+    loose = [int(m.group(1)) for m in _NUMBER.finditer(text) if low <= int(m.group(1)) <= high]
+    return loose[-1] if loose else None
+
+
+def parse_choice(text: str, n: int) -> int | None:
+    """The document a free-text reply names: a bracketed number ``[N]`` at the very end of the text (only spaces,
+    bold stars or a full stop may follow), with ``1 <= N <= n``; else None."""
+    m = _CHOICE.search(text.rstrip())
+    if m is None:
+        return None
+    k = int(m.group(1))
+    return k if 1 <= k <= n else None
+
+
+def free_text_rationale(text: str) -> str:
+    """The reasoning part of a free-text reply: a leading "Justification:" label and the verdict lines removed."""
+    lines = list(_VERDICT_LINE.finditer(text))
+    body = text[:lines[-1].start()] if lines else text
+    return _JUSTIFICATION.sub("", body.strip(), count=1).strip()
+
+
+def _verdict_field(schema: type[BaseModel]) -> str:
+    """The schema's verdict field: its last field other than ``rationale``."""
+    names = [n for n in schema.model_fields if n != "rationale"]
+    if "rationale" not in schema.model_fields or not names:
+        raise TypeError(f"{schema.__name__} needs a 'rationale' field and a verdict field")
+    return names[-1]
+
+
+def judge_call(llm: LLM, messages: list[Message], schema: type[BaseModel],
+               fallback_parse: Callable[[str], Any | None], *,
+               params: SamplingParams | None = None) -> tuple[Any | None, str, str, str | None]:
+    """Ask a judge and read its verdict: ``(value, rationale, raw reply, error)``.
+
+    Structured output against ``schema`` (a pydantic model: ``rationale`` then the verdict field) when the
+    backend supports constrained decoding; else a free-text reply read by ``fallback_parse`` (None: no verdict).
+    ``value`` is None exactly when ``error`` is set: ``"unparseable: ..."`` (the judge answered, nothing could be
+    read) or ``"call failed: ..."`` (no answer after retries). :class:`EndpointUnreachable` propagates: a dead
+    endpoint is fatal for the run, not a per-item failure.
+    """
+    if llm.backend.supports_schema:
+        try:
+            parsed = llm.structured(messages, schema, params)
+        except EndpointUnreachable:
+            raise
+        except UnparsableReply as exc:
+            return None, "", exc.last_text or "", f"unparseable: {exc}"
+        except LLMFailure as exc:
+            return None, "", "", f"call failed: {exc}"
+        return getattr(parsed.value, _verdict_field(schema)), parsed.value.rationale.strip(), parsed.text, None
+    try:
+        text = llm.chat(messages, params).text
+    except EndpointUnreachable:
+        raise
+    except LLMFailure as exc:
+        return None, "", "", f"call failed: {exc}"
+    value = fallback_parse(text)
+    if value is None:
+        return None, free_text_rationale(text), text, f"unparseable: no verdict line in the reply: {text[-200:]!r}"
+    return value, free_text_rationale(text), text, None
