@@ -55,14 +55,6 @@ def _max_pair_jaccard(texts: list[str]) -> float:
 
 
 @pytest.fixture(scope="module")
-def mtrag_cited(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("built") / "mtrag"
-    assert main(["build", "mtrag", "--source", str(DATA / "mtrag"), "--config", "all-cited-corpus",
-                 "--out", str(out)]) == 0
-    return out
-
-
-@pytest.fixture(scope="module")
 def hotpot_jsonl(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The distinct paragraphs of the shared HotpotQA records (first occurrence of each title)."""
     paragraphs: dict[str, str] = {}

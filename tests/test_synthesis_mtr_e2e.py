@@ -21,22 +21,12 @@ import pytest
 from convrag.cli import main
 from convrag.synthesis.records import read_records
 
-from .conftest import DATA
-
 pytestmark = pytest.mark.slow
 
 #: 6 conversations x 3 turns with short texts, so the local model gets through them in a few minutes
 SMALL = ["--option", "max_seq_length=64", "--option", "conversations=6", "--option", "turns=3",
          "--option", "min_turns=1", "--option", "answer_words=40", "--option", "answer_max_tokens=80",
          "--option", "questioner_doc_chars=300", "--option", "test_fraction=0.5", "--concurrency", "2"]
-
-
-@pytest.fixture(scope="module")
-def mtrag_cited(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("built") / "mtrag"
-    assert main(["build", "mtrag", "--source", str(DATA / "mtrag"), "--config", "all-cited-corpus",
-                 "--out", str(out)]) == 0
-    return out
 
 
 def _cache_entries(out: Path) -> set[str]:
