@@ -32,7 +32,8 @@ def test_audit_with_the_local_model(folders: dict[str, Path], tmp_path: Path, mo
     assert main(["audit", str(folders["mtrag"]), str(folders["recor"]), "--sample", "2", "--out", str(out),
                  "--cache", str(tmp_path / "cache"), "--no-progress"]) == 0
     printed = capsys.readouterr().out
-    assert "| Benchmark | Comp. | Comp. x5 | Q-E | A-E | Qual. |" in printed and "SmolLM2-135M placeholder" in printed
+    assert "| Benchmark | Comp. | Comp. x5 | chance | Q-E | A-E | Qual. |" in printed
+    assert "SmolLM2-135M placeholder" in printed
     rows = [json.loads(line) for line in (out / "verdicts.jsonl").read_text(encoding="utf-8").splitlines()]
     assert {r["benchmark"] for r in rows} == {"mtrag", "recor"} and all(r["judge"] == "default" for r in rows)
     dims = {r["dimension"] for r in rows}

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from convrag.cli import main
 from convrag.errors import ConvragError
 from convrag.llm import LLM, DiskCache, RetryPolicy
 from convrag.llm.backends.fake import FakeBackend
@@ -237,13 +239,20 @@ def test_polish_statuses_and_rewrites_propagate_into_later_history(run: Path, mo
         assert f"[User]: {turn['question']}" in last[-1]["content"]  # the rewrite, not the formal question
 
 
-def test_assemble_after_polish_writes_the_benchmark_files(run: Path, monkeypatch) -> None:
+def test_assembled_benchmark_builds_and_evaluates(run: Path, monkeypatch, tmp_path: Path) -> None:
     _converse(run, monkeypatch, World(), [])
     monkeypatch.setattr(polish_module, "role_llm", scripted(World(), run / "llm-cache", []))
     _stage(Polish(), run)
-    report = _stage(Assemble(str(run.parent / "corpus.jsonl"), switch_ratio=1.0, test_fraction=0.5), run)
-    assert report.records_in == 2 and report.records_out == 2
-    assert (run / "assemble" / "test.parquet").is_file() and (run / "assemble" / "corpus.parquet").is_file()
+    report = _stage(Assemble(str(run.parent / "corpus.jsonl"), switch_ratio=1.0, test_fraction=1.0), run)
+    assert report.records_in == 2 and report.records_out == 2 and report.figures["spliced_pairs"] == 1
+    built = tmp_path / "built"
+    assert main(["build", "mtr-bench", "--source", str(run / "assemble"), "--out", str(built)]) == 0
+    queries = pq.read_table(next((built / "queries").glob("test-*.parquet"))).to_pylist()
+    assert len(queries) == 8 and {q["switch_phase"] for q in queries} >= {"before switch", "first turn after switch"}
+    assert main(["evaluate", str(built), "--retrievers", "bm25", "--bootstrap", "0", "--no-progress",
+                 "--out", str(tmp_path / "results")]) == 0
+    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    assert set(results["per_query"]["bm25|lastturn"]) == {q["_id"] for q in queries}
 
 
 def test_estimates_before_and_after_the_agents(run: Path, monkeypatch) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -30,6 +31,12 @@ def run_command(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise ConvragError(f"{out}: --out names a file, not a folder")
     sets = [load_items(f, split=args.split, sample=args.sample, seed=args.seed) for f in args.folders]
+    names = [s.benchmark for s in sets]
+    for audit_set in sets:  # two folders of one benchmark: tell them apart by folder name everywhere
+        if names.count(audit_set.benchmark) > 1:
+            audit_set.benchmark = f"{audit_set.benchmark}:{audit_set.folder.name}"
+    if len({s.benchmark for s in sets}) != len(sets):
+        raise ConvragError("two folders have the same benchmark and folder name; give folders distinct names")
     if args.dry_run:
         print(f"Dry run: {', '.join(dimensions)}; nothing is called or written.")
         print(f"{'folder':<28} {'judge':<36} {'calls':>8} {'prompt tok':>12} {'output tok':>11} {'cost':>10}")
@@ -38,7 +45,9 @@ def run_command(args: argparse.Namespace) -> int:
                 cost = "unpriced" if row["cost_usd"] is None else f"${row['cost_usd']:.4f}"
                 print(f"{audit_set.benchmark:<28} {row['judge']:<36} {row['calls']:>8,} {row['prompt_tokens']:>12,} "
                       f"{row['completion_tokens']:>11,} {cost:>10}")
-        print("Tokens are the real prompts' characters / 4 and 150 output tokens per call.")
+        print("Tokens are the real prompts' characters / 4 and 150 output tokens per call."
+              + (" The --missed relevance calls (one per pooled unlabelled document and per labelled document of "
+                 "each turn) are not included." if args.missed else ""))
         return 0
     judges = make_judges(specs, args.cache, args.concurrency)
     progress = not args.no_progress and sys.stderr.isatty()
@@ -47,7 +56,7 @@ def run_command(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     n = write_verdicts(out / "verdicts.jsonl", runs)
     summary = summarize(runs)
-    summary.update(dimensions=dimensions, judges=specs, sample=args.sample, seed=args.seed,
+    summary.update(dimensions=dimensions, judges=specs, sample=args.sample, seed=args.seed, negatives=args.negatives,
                    llm={j.spec: j.report.to_dict() for j in judges})
     if args.missed:
         summary["missed"] = _audit_missed(args, sets, judges, out)
@@ -75,6 +84,10 @@ def _audit_missed(args: argparse.Namespace, sets: list, judges: list, out: Path)
             report = estimate_missed(audit_set, pooled, LLMRelevanceJudge(llm), concurrency=args.concurrency)
             stem = f"{audit_set.benchmark}-{re.sub(r'[^A-Za-z0-9._-]+', '_', llm.spec)}"
             lines = write_suspected_qrels(report, out / f"suspected-qrels-{stem}.trec")
+            with (out / f"missed-verdicts-{stem}.jsonl").open("w", encoding="utf-8") as handle:
+                for v in report.verdicts:
+                    handle.write(json.dumps({"benchmark": audit_set.benchmark, **v.to_dict()}, ensure_ascii=False,
+                                            default=str) + "\n")
             table = rescore(audit_set, pooled, report)
             (out / f"rescored-{stem}.md").write_text(table.markdown(), encoding="utf-8")
             result[stem] = {**report.summary(), "suspected_qrels_lines": lines, "rescored": table.rows(),

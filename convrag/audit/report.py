@@ -40,10 +40,12 @@ def summarize(runs: Sequence[AuditRun]) -> dict[str, Any]:
         by_domain: dict[str, list[Any]] = {}
         for v in run.verdicts:
             by_domain.setdefault(domains.get(v.item_id, ""), []).append(v)
+        shown = [len(v.extra.get("candidates") or []) for v in run.verdicts if v.dimension == "completeness"]
         out["benchmarks"][name] = {
             "folder": str(run.audit_set.folder), "items": len(run.audit_set.items),
             "skipped": run.audit_set.skipped, "not_applicable": dict(run.not_applicable),
             "verdicts": len(run.verdicts), "all": _aggregate(run.verdicts),
+            "completeness_chance": sum(1 / n for n in shown if n) / len(shown) if shown else None,
             "domains": {d: _aggregate(vs) for d, vs in sorted(by_domain.items()) if d},
         }
     return out
@@ -63,12 +65,15 @@ def _rows(summary: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
 
 def render(summary: Mapping[str, Any]) -> str:
     """The Markdown tables."""
-    lines = ["## MTR-Eval (mean over judges; Comp. = accuracy of picking the gold among 8)", "",
-             "| Benchmark | Comp. | Comp. x5 | Q-E | A-E | Qual. |", "|---|---|---|---|---|---|"]
+    lines = ["## MTR-Eval (mean over judges; Comp. = accuracy of picking the gold among the shown candidates, "
+             "chance = mean of 1 / candidates)", "",
+             "| Benchmark | Comp. | Comp. x5 | chance | Q-E | A-E | Qual. |", "|---|---|---|---|---|---|---|"]
     for name, agg in _rows(summary):
         o = agg["overall"]
         comp = o.get("completeness", {}).get("mean")
+        chance = summary["benchmarks"].get(name, {}).get("completeness_chance")
         lines.append(f"| {name} | {_cell(comp, 3)} | {_cell(None if comp is None else comp * 5)} | "
+                     f"{_cell(chance, 3)} | "
                      + " | ".join(_cell(o.get(d, {}).get("mean")) for d in mtr_eval.DIMENSIONS[1:]) + " |")
     lines += ["", "## RECOR quality judges (1-5, mean over judges)", "",
               "| Benchmark | " + " | ".join(SCORE_LABELS[d] for d in recor_judges.DIMENSIONS) + " |",

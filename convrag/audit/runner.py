@@ -67,6 +67,8 @@ class Unit:
     key: str
     dimension: str
     call: Callable[[LLM], list[Verdict] | None]
+    #: why the unit may not apply (counted when ``call`` returns None)
+    reason: str = "not applicable"
 
 
 def plan(audit_set: AuditSet, dimensions: Sequence[str], *, seed: int = 0, negatives: int = 7,
@@ -78,14 +80,16 @@ def plan(audit_set: AuditSet, dimensions: Sequence[str], *, seed: int = 0, negat
         sampler = mtr_eval.NegativeSampler(audit_set, retriever=negative_retriever)
         objects = {d: mtr_eval.make_dimension(d, sampler=sampler, k=negatives, seed=seed) for d in mtr_dims}
         for d in mtr_dims:
+            reason = "no usable hard negative" if d == "completeness" else "no reference answer"
             for item in audit_set.items:
                 units.append(Unit(f"{item.item_id}|{d}", d, lambda llm, d=d, item=item: mtr_eval.judge_item(
-                    llm, objects[d], item, audit_set)))
+                    llm, objects[d], item, audit_set), reason))
     conv_dims = [d for d in dimensions if d in CONVERSATION_DIMENSIONS]
     if conv_dims:
         for key, items in conversations(audit_set.items).items():
             units.append(Unit(f"{key}|conversation", "conversation", lambda llm, items=items: [
-                v for v in recor_judges.judge_conversation(llm, items, audit_set) if v.dimension in conv_dims]))
+                v for v in recor_judges.judge_conversation(llm, items, audit_set) if v.dimension in conv_dims]
+                or None, "no answers to judge groundedness on"))
     for d, kind in TURN_DIMENSIONS.items():
         if d in dimensions:
             for item in audit_set.items:
@@ -120,7 +124,7 @@ def run_audit(audit_set: AuditSet, judges: Sequence[LLM], dimensions: Sequence[s
     """Run every judge over every unit; an endpoint that stays down stops the run (EndpointUnreachable)."""
     units = plan(audit_set, dimensions, seed=seed, negatives=negatives)
     result = AuditRun(audit_set)
-    for llm in judges:
+    for n, llm in enumerate(judges):
         bar = tqdm(total=len(units), unit="call", disable=not progress,
                    desc=f"audit {audit_set.benchmark}: {llm.spec}")
         done = run_batch(units, lambda u, llm=llm: u.call(llm), concurrency, catch=(LLMError,),
@@ -131,7 +135,8 @@ def run_audit(audit_set: AuditSet, judges: Sequence[LLM], dimensions: Sequence[s
                 result.verdicts.append(Verdict(unit.key.split("|")[0], llm.spec, unit.dimension, None, None, "",
                                                "", f"call failed: {done.failures[i]}", {}))
             elif done.results[i] is None:
-                result.not_applicable[f"{unit.dimension}: no reference answer"] += 1
+                if n == 0:  # counted once, not once per judge
+                    result.not_applicable[f"{unit.dimension}: {unit.reason}"] += 1
             else:
                 result.verdicts.extend(done.results[i] or [])
     return result

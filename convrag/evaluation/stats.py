@@ -37,11 +37,14 @@ class Interval:
 def bootstrap_ci(
     values: Sequence[float], confidence: float = 0.95, n_resamples: int = 1000, seed: int = 0
 ) -> Interval:
-    """Percentile bootstrap CI of the mean of ``values`` (queries resampled with replacement)."""
+    """Percentile bootstrap CI of the mean of ``values`` (queries resampled with replacement); ``n_resamples`` 0
+    asks for no interval (its bounds are NaN)."""
     data = np.asarray(values, dtype=float)
     if data.size == 0:
         return Interval(float("nan"), float("nan"), float("nan"), 0)
     mean = float(data.mean())
+    if n_resamples <= 0:
+        return Interval(mean, float("nan"), float("nan"), int(data.size))
     if data.size == 1 or np.all(data == data[0]):
         return Interval(mean, mean, mean, int(data.size))
     result = stats.bootstrap(

@@ -112,6 +112,10 @@ class Audit(evaluate.Metric):
         raw turns first (``queries``, ``documents``, ``judge``: computed at once; ``add_batch`` is not used)."""
         if kwargs.get("queries") is not None:
             return self._compute(**kwargs)
+        missing = [k for k in ("judges", "dimensions", "scores") if kwargs.get(k) is None]
+        if missing:
+            raise ValueError(f"missing {', '.join(missing)}: give judges, dimensions and scores (judgments) or "
+                             "queries and documents with a judge (to judge)")
         return super().compute(**kwargs)
 
     def _compute(self, judges: Sequence[str] | None = None, dimensions: Sequence[str] | None = None,

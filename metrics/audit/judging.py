@@ -24,7 +24,11 @@ TEXT_DIMENSIONS = ("query_evidence", "answer_faithfulness", "answer_quality")
 def judges_of(judge: Any) -> list[LLM]:
     """An LLM, a spec string or a list of them -> LLMs (an ensemble)."""
     items = judge if isinstance(judge, (list, tuple)) else [judge]
-    return [j if isinstance(j, LLM) else get_llm(j) for j in items]
+    llms = [j if isinstance(j, LLM) else get_llm(j) for j in items]
+    specs = [j.spec for j in llms]
+    if len(set(specs)) != len(specs):
+        raise ValueError(f"two judges share a name ({', '.join(specs)}): give each its own spec (LLM(..., spec=...))")
+    return llms
 
 
 def judge_texts(queries: Sequence[str], documents: Sequence[Sequence[str]], *, judge: Any,
