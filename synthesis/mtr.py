@@ -60,5 +60,7 @@ def mtr_pipeline(source: str | None, stages: Sequence[str] = DEFAULT_STAGES, *, 
             stage.after_curate = "curate" in ordered
         if isinstance(stage, Converse):
             stage.expected_cluster_size = options.get("cluster_size", 8)
+        if isinstance(stage, Polish):
+            stage.upstream = next((s for s in built if isinstance(s, Converse)), None)
         built.append(stage)
     return Pipeline("mtr", built, seed=seed)

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from convrag.errors import ConvragError
 from convrag.llm import LLMError, run_batch
 from convrag.synthesis.agents import Exchange, Polisher
-from convrag.synthesis.converse import role_estimate, role_llm, spec_label, turn_figures
+from convrag.synthesis.converse import Converse, role_estimate, role_llm, spec_label, turn_figures
 from convrag.synthesis.engine import REPORT_FILE, Estimate, StageContext, StageReport
 from convrag.synthesis.records import RecordStage, count_records, read_records
 
@@ -45,6 +45,8 @@ class Polish(RecordStage):
                 raise ConvragError(f"{name} must be a whole number >= 1, got {value!r}")
         self.polisher, self.context_chars = polisher, polish_context_chars
         self.concurrency, self.shard_size = concurrency, shard_size
+        #: the converse stage of the same run (set by the pipeline), for estimates before it has run
+        self.upstream: Converse | None = None
 
     def params(self) -> dict[str, Any]:
         return {"polisher": spec_label(self.polisher), "polish_context_chars": self.context_chars,
@@ -56,22 +58,33 @@ class Polish(RecordStage):
     def total(self, ctx: StageContext) -> int | None:
         return count_records(ctx.stage_folder("converse"))
 
+    def _prompt_chars(self, turns: int) -> int:
+        """Characters of every Polisher prompt of one conversation of ``turns`` turns (typical texts)."""
+        question = "What is a typical question about this document, in about eighty characters?"
+        polisher = Polisher(None, context_answer_chars=self.context_chars)  # type: ignore[arg-type]
+        history: list[Exchange] = []
+        total = 0
+        for _ in range(2, turns + 1):
+            history.append(Exchange(question, "word " * 200))
+            total += sum(len(m["content"]) for m in polisher.messages(history, question))
+        return total
+
     def estimate(self, ctx: StageContext) -> Estimate:
         converse = ctx.out / "converse"
         if (converse / REPORT_FILE).is_file():
-            records = list(read_records(converse, columns=["turns"]))
-            calls = sum(max(0, len(r["turns"]) - 1) for r in records)
-            n: int | None = len(records)
+            lengths = [len(r["turns"]) for r in read_records(converse, columns=["turns"])]
+            how = ""
+        elif self.upstream is not None and self.upstream._expected_conversations(ctx)[0] is not None:
+            n, how = self.upstream._expected_conversations(ctx)
+            lengths = [self.upstream.generated_turns] * (n or 0)
         else:
-            n, calls = None, 0
-        if n is None:
             return Estimate(note="one call per user turn after the first; known after the converse stage")
-        question = "What is a typical question about this document, in about eighty characters?"
-        prompt = Polisher(None, context_answer_chars=self.context_chars).messages(  # type: ignore[arg-type]
-            [Exchange(question, "word " * 200)] * 3, question)
-        part = role_estimate(self.polisher, calls, calls * sum(len(m["content"]) for m in prompt), calls * 60)
-        return Estimate(records=n, llm_calls=calls, prompt_tokens=part.prompt_tokens,
-                        completion_tokens=part.completion_tokens, note="tokens ~ chars / 4", parts=[part])
+        calls = sum(max(0, t - 1) for t in lengths)
+        chars = sum(self._prompt_chars(t) for t in set(lengths) for _ in range(lengths.count(t)))
+        part = role_estimate(self.polisher, calls, chars, calls * 60)
+        return Estimate(records=len(lengths), llm_calls=calls, prompt_tokens=part.prompt_tokens,
+                        completion_tokens=part.completion_tokens, parts=[part],
+                        note=f"{how + ' ' if how else ''}{len(lengths):,} conversations; tokens ~ chars / 4")
 
     def run(self, ctx: StageContext) -> StageReport:
         llm = role_llm(self.polisher, ctx, self.concurrency)

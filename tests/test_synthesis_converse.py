@@ -264,6 +264,9 @@ def test_estimates_before_and_after_the_agents(run: Path, monkeypatch) -> None:
     assert priced.cost_usd() > 0 and [p.model for p in priced.parts] == ["gpt-4o-mini", "gpt-4o"]
     assert priced.prompt_tokens / 48 < 3000  # the mean prompt per call over 12 turns (characters / 4)
     assert Polish().estimate(ctx).records is None
+    ahead = Polish(polisher="openai:gpt-4o-mini")
+    ahead.upstream = Converse(turns=12)  # as the pipeline links them: 11 rewrites per expected conversation
+    assert (ahead.estimate(ctx).records, ahead.estimate(ctx).llm_calls) == (2, 22)
     _converse(run, monkeypatch, World(), [])
     polish = Polish(polisher="openai:gpt-4o-mini").estimate(ctx)
     assert polish.records == 2 and polish.llm_calls == 6 and polish.cost_usd() > 0
