@@ -299,4 +299,10 @@ def format_estimates(estimates: Sequence[tuple[str, Estimate]]) -> str:
         shown = "unpriced" if cost is None else f"${cost:.4f}"
         lines.append(f"{name:<12} {records:>10} {e.llm_calls:>10,} {e.prompt_tokens:>12,} "
                      f"{e.completion_tokens:>12,} {shown:>10}" + (f"  {e.note}" if e.note else ""))
+    if sum(e.llm_calls for _, e in estimates):
+        costs = [e.cost_usd() for _, e in estimates]
+        total = "unpriced" if None in costs else f"${sum(c for c in costs if c is not None):.4f}"
+        lines.append(f"{'total':<12} {'':>10} {sum(e.llm_calls for _, e in estimates):>10,} "
+                     f"{sum(e.prompt_tokens for _, e in estimates):>12,} "
+                     f"{sum(e.completion_tokens for _, e in estimates):>12,} {total:>10}")
     return "\n".join(lines)
