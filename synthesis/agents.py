@@ -122,7 +122,7 @@ class Rewrite:
 
 
 class QuestionReply(BaseModel):
-    """The Questioner's structured reply."""
+    """One new question for the conversation, and the number of the one document that answers it."""
 
     document: int = Field(description="the number of the one document that answers the question")
     question: str = Field(description="the question, as the user would ask it")
