@@ -1,7 +1,9 @@
-"""``convrag audit`` end to end through the embedded local model (SmolLM2-135M) on a sample of real MTRAG tasks
-and RECOR's sample, every dimension, plus the missed-relevant estimate with its LLM relevance judge.
+"""``convrag audit`` end to end through the embedded local model (SmolLM2-135M): MTR-Eval's four judges on a sampled
+real MTRAG task, RECOR's conversation and turn judges on a sampled RECOR turn, and the missed-relevant estimate with
+its graded relevance judge. Every LLM-facing judge prompt runs once through the real model.
 
-The placeholder's verdicts prove the plumbing only: nothing here asserts what the scores are.
+The placeholder's verdicts prove the plumbing only: nothing here asserts what the scores are. Samples are one turn
+each because the placeholder writes up to the judges' token limit on every call.
 """
 
 from __future__ import annotations
@@ -26,35 +28,48 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"mtrag": root / "mtrag", "recor": root / "recor"}
 
 
-def test_audit_with_the_local_model(folders: dict[str, Path], tmp_path: Path, monkeypatch, capsys) -> None:
+def _rows(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "verdicts.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+def _check_counts(out: Path, rows: list[dict], name: str) -> dict:
+    """Every verdict is either scored / labelled or says why not; the summary counts add up to the verdicts."""
+    for r in rows:
+        assert (r["score"] is not None or r["label"] is not None) or r["error"], r
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    bench = summary["benchmarks"][name]
+    for dim, stats in bench["all"]["overall"].items():
+        assert stats["n"] + stats["failed"] == sum(1 for r in rows if r["dimension"] == dim), dim
+    assert summary["llm"]["default"]["calls"] > 0
+    return summary
+
+
+def test_mtr_eval_on_a_real_mtrag_task(folders: dict[str, Path], tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.delenv("CONVRAG_LLM", raising=False)
     out = tmp_path / "audit"
-    assert main(["audit", str(folders["mtrag"]), str(folders["recor"]), "--sample", "2", "--out", str(out),
+    assert main(["audit", str(folders["mtrag"]), "--sample", "1", "--dimensions", "mtr-eval", "--out", str(out),
                  "--cache", str(tmp_path / "cache"), "--no-progress"]) == 0
     printed = capsys.readouterr().out
     assert "| Benchmark | Comp. | Comp. x5 | chance | Q-E | A-E | Qual. |" in printed
     assert "SmolLM2-135M placeholder" in printed
-    rows = [json.loads(line) for line in (out / "verdicts.jsonl").read_text(encoding="utf-8").splitlines()]
-    assert {r["benchmark"] for r in rows} == {"mtrag", "recor"} and all(r["judge"] == "default" for r in rows)
-    dims = {r["dimension"] for r in rows}
-    assert {"completeness", "query_evidence", "answer_faithfulness", "answer_quality", "dependency_type",
-            "question_pattern", "naturalness"} <= dims
-    for r in rows:  # every verdict either carries its value or says why not; none is a silent default
-        assert (r["score"] is not None or r["label"] is not None) or r["error"], r
-    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
-    for name in ("mtrag", "recor"):
-        bench = summary["benchmarks"][name]
-        assert bench["items"] == 2
-        for dim, stats in bench["all"]["overall"].items():
-            judged = sum(1 for r in rows if r["benchmark"] == name and r["dimension"] == dim)
-            assert stats["n"] + stats["failed"] == judged, dim
-    assert summary["llm"]["default"]["calls"] > 0
-    assert (out / "heatmap.png").read_bytes()[:4] == b"\x89PNG" or not any(r["score"] is not None for r in rows)
+    rows = _rows(out)
+    assert {r["dimension"] for r in rows} == {"completeness", "query_evidence", "answer_faithfulness",
+                                              "answer_quality"}
+    assert all(r["benchmark"] == "mtrag" and r["judge"] == "default" for r in rows)
+    assert _check_counts(out, rows, "mtrag")["benchmarks"]["mtrag"]["items"] == 1
 
-    missed = tmp_path / "missed"
-    assert main(["audit", str(folders["recor"]), "--sample", "2", "--dimensions", "query_evidence", "--missed",
-                 "--pool-retrievers", "bm25", "--pool-depth", "2", "--out", str(missed),
+
+def test_recor_judges_and_missed_relevant_on_recor(folders: dict[str, Path], tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("CONVRAG_LLM", raising=False)
+    out = tmp_path / "audit"
+    assert main(["audit", str(folders["recor"]), "--sample", "1", "--seed", "3", "--dimensions", "recor", "--missed",
+                 "--pool-retrievers", "bm25", "--pool-depth", "2", "--out", str(out),
                  "--cache", str(tmp_path / "cache"), "--no-progress"]) == 0
-    report = next(iter(json.loads((missed / "summary.json").read_text(encoding="utf-8"))["missed"].values()))
-    assert report["turns"] == 2 and report["judged"] + report["failed"] == report["candidates"]
-    assert list(missed.glob("suspected-qrels-*.trec")) and list(missed.glob("rescored-*.md"))
+    rows = _rows(out)
+    assert {"naturalness", "turn_coherence", "question_quality", "question_pattern", "dependency_type"} <= {
+        r["dimension"] for r in rows}
+    summary = _check_counts(out, rows, "recor")
+    report = next(iter(summary["missed"].values()))
+    assert report["turns"] == 1 and report["judged"] + report["failed"] == report["candidates"]
+    assert list(out.glob("suspected-qrels-*.trec")) and list(out.glob("rescored-*.md"))
+    assert list(out.glob("missed-verdicts-*.jsonl"))
