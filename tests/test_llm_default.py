@@ -56,3 +56,60 @@ def test_default_backend_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     judges = [(llm, SamplingParams(temperature=0.7, seed=s, max_tokens=96)) for s in (1, 2)]
     res = JudgeEnsemble(judges, combine="majority").judge(msgs, Grade, "grade")
     assert len(res.judges) == 2 and all(j.ok for j in res.judges) and res.value in (0, 1, 2)
+
+
+def test_two_clients_of_one_model_never_enter_llama_cpp_at_once(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two judges built from the same GGUF share one llama.cpp context; concurrent calls through both used
+    to crash the process (a segmentation fault in CI). They must be serialised on one per-model lock."""
+    monkeypatch.delenv("CONVRAG_LLM", raising=False)
+    first = get_llm("default", cache=tmp_path / "a")
+    second = get_llm("default", cache=tmp_path / "b")
+    assert first.backend is not second.backend and first.backend.llm is second.backend.llm
+    assert first.backend._lock is second.backend._lock
+
+    topics = ["rivers", "glaciers", "islands", "volcanoes", "forests", "deserts"]
+
+    def ask(i: int) -> str:
+        llm = (first, second)[i % 2]
+        return llm.chat([{"role": "user", "content": f"One fact about {topics[i]}."}], max_tokens=12).text
+
+    res = run_batch(range(len(topics)), ask, concurrency=6)
+    assert res.ok and all(text.strip() for text in res.results)
+    assert first.report.calls == 3 and second.report.calls == 3
+
+
+def test_long_string_bounds_do_not_crash_llama_cpp_grammar() -> None:
+    """``maxLength: 1200`` in a schema made llama.cpp's grammar sampler overflow its stack (SIGSEGV, which killed
+    a CI run). The backend leaves bounds over GRAMMAR_MAX_LENGTH out of the grammar; run in a child process so
+    a regression fails this test instead of killing pytest."""
+    import subprocess
+    import sys
+
+    code = """
+import threading
+from pydantic import BaseModel, Field
+from convrag.llm.backends.llamacpp import GRAMMAR_MAX_LENGTH, LlamaCppBackend, grammar_schema
+from convrag.llm.types import SamplingParams
+
+class Graded(BaseModel):
+    rationale: str = Field(max_length=1200)
+    grade: int = Field(ge=0, le=3)
+
+schema = Graded.model_json_schema()
+assert "maxLength" not in grammar_schema(schema)["properties"]["rationale"]
+assert schema["properties"]["rationale"]["maxLength"] == 1200  # the input is not changed
+short = {"type": "string", "maxLength": GRAMMAR_MAX_LENGTH}
+assert grammar_schema(short) == short
+backend = LlamaCppBackend()
+messages = [{"role": "user", "content": "Is this passage relevant to 'why is the sky blue'? Passage: Rayleigh "
+             "scattering makes short wavelengths scatter more. Reply in JSON with a rationale and a grade 0-3."}]
+out = []
+t = threading.Thread(target=lambda: out.append(backend.complete(
+    messages, SamplingParams(temperature=0.0, max_tokens=64), json_schema=schema)))
+t.start(); t.join()
+print("OK", out[0].usage.completion_tokens)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stdout.startswith("OK ")

@@ -13,6 +13,9 @@ from convrag.llm.types import BackendError, Completion, Message, SamplingParams,
 
 _MODELS: dict[tuple[str, int, int], Any] = {}
 _MODELS_LOCK = threading.Lock()
+# One lock per loaded model, shared by every backend instance that uses it: a llama.cpp context is not
+# thread-safe, and two judges of one ensemble (or two roles) built on the same GGUF share one context.
+_CALL_LOCKS: dict[tuple[str, int, int], threading.Lock] = {}
 
 
 def default_gguf_path() -> Path:
@@ -35,6 +38,23 @@ def _file_digest(path: Path) -> str:
         f.seek(max(0, path.stat().st_size - (1 << 20)))
         h.update(f.read(1 << 20))
     return h.hexdigest()[:16]
+
+
+#: The longest string bound handed to llama.cpp's grammar. Its JSON-schema converter turns ``maxLength: n`` into n
+#: nested optional rules, and sampling walks them recursively: ``maxLength: 1200`` crashes the process (SIGSEGV)
+#: on the first token, in a worker thread. Longer bounds are left out of the grammar; the reply is still
+#: validated against the full schema afterwards (and ``max_tokens`` bounds its length).
+GRAMMAR_MAX_LENGTH = 512
+
+
+def grammar_schema(schema: Any) -> Any:
+    """``schema`` without string-length bounds over :data:`GRAMMAR_MAX_LENGTH` (a copy; the input is unchanged)."""
+    if isinstance(schema, dict):
+        return {k: grammar_schema(v) for k, v in schema.items()
+                if not (k in ("maxLength", "minLength") and isinstance(v, int) and v > GRAMMAR_MAX_LENGTH)}
+    if isinstance(schema, list):
+        return [grammar_schema(v) for v in schema]
+    return schema
 
 
 def default_threads() -> int:
@@ -64,11 +84,25 @@ def load_llama(path: Path, n_ctx: int = 4096, n_threads: int | None = None) -> A
     with _MODELS_LOCK:
         if key not in _MODELS:
             _MODELS[key] = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, verbose=False)
+            _CALL_LOCKS[key] = threading.Lock()
         return _MODELS[key]
 
 
+def model_lock(llm: Any) -> threading.Lock:
+    """The lock that serialises calls into ``llm``, a model returned by :func:`load_llama`."""
+    with _MODELS_LOCK:
+        for key, model in _MODELS.items():
+            if model is llm:
+                return _CALL_LOCKS[key]
+    raise BackendError("model_lock: the model was not loaded through load_llama")
+
+
 class LlamaCppBackend(Backend):
-    """A GGUF model run in-process through llama.cpp. Calls are serialised (one context per model)."""
+    """A GGUF model run in-process through llama.cpp.
+
+    Calls are serialised per loaded model (one context per model, shared by every instance that loads
+    the same file with the same settings), so concurrent callers never enter llama.cpp at once.
+    """
 
     name = "llamacpp"
     supports_schema = True
@@ -84,7 +118,7 @@ class LlamaCppBackend(Backend):
         self.n_ctx = n_ctx
         self.n_threads = n_threads
         self._llm: Any = None
-        self._lock = threading.Lock()
+        self._lock: threading.Lock | None = None
 
     def identity(self) -> dict[str, Any]:
         return {"backend": self.name, "model": self.model, "digest": self.digest}
@@ -93,6 +127,7 @@ class LlamaCppBackend(Backend):
     def llm(self) -> Any:
         if self._llm is None:
             self._llm = load_llama(self.path, self.n_ctx, self.n_threads)
+            self._lock = model_lock(self._llm)
         return self._llm
 
     def complete(self, messages: list[Message], params: SamplingParams, *,
@@ -104,10 +139,12 @@ class LlamaCppBackend(Backend):
         if params.stop:
             kwargs["stop"] = list(params.stop)
         if json_schema is not None:
-            kwargs["response_format"] = {"type": "json_object", "schema": json_schema}
+            kwargs["response_format"] = {"type": "json_object", "schema": grammar_schema(json_schema)}
+        llm = self.llm
+        assert self._lock is not None
         with self._lock:
             try:
-                resp = self.llm.create_chat_completion(**kwargs)
+                resp = llm.create_chat_completion(**kwargs)
             except BackendError:
                 raise
             except ValueError as exc:  # e.g. prompt longer than the context window
