@@ -198,7 +198,11 @@ class Converse(RecordStage):
         self._questioner = Questioner(role_llm(self.questioner, ctx, self.concurrency), **self.questioner_options)
         self._responder = Responder(role_llm(self.responder, ctx, self.concurrency), **self.responder_options)
         report = super().run(ctx)
-        report.figures = turn_figures(read_records(ctx.folder), ("questioner", "responder"))
+        records = list(read_records(ctx.folder))
+        stopped = Counter(_reason(r["stop_reason"]) for r in records if not r["complete"])
+        report.figures = {"conversations complete": sum(1 for r in records if r["complete"]),
+                          **{f"conversations kept, stopped early: {k}": v for k, v in sorted(stopped.items())},
+                          **turn_figures(records, ("questioner", "responder"))}
         return report
 
     def process(self, batch: list[dict[str, Any]], ctx: StageContext) -> tuple[list[dict[str, Any]], Counter[str]]:
@@ -249,6 +253,12 @@ class Converse(RecordStage):
             rows.append({"id": c.id, "cluster_idx": c.cluster_idx, "doc_ids": [d.doc_id for d in c.pool],
                          "turns": c.turns, "complete": not c.reason, "stop_reason": stop})
         return rows, drops
+
+
+def _reason(stop: str) -> str:
+    """A stop reason without its turn number (``"...: reply unparsable at turn 4"`` -> ``"...: reply unparsable"``),
+    so that stops count by reason."""
+    return stop.rsplit(" at turn ", 1)[0]
 
 
 def turn_figures(records: Iterable[dict[str, Any]], roles: tuple[str, ...]) -> dict[str, Any]:

@@ -176,6 +176,9 @@ def test_min_turns_keeps_the_good_turns_of_a_stopped_conversation(run: Path, mon
     n = len(sibelius["turns"])
     assert sibelius["stop_reason"].endswith(f"at turn {n + 1}") and all(t["answer"].strip() for t in sibelius["turns"])
     assert next(r for r in records if r["id"] == "c000007")["complete"] and report.dropped == {}
+    # a kept conversation that stopped early is counted by its reason in the report, beside the complete ones
+    assert report.figures["conversations kept, stopped early: responder: unusable reply (blank answer)"] == 1
+    assert report.figures["conversations complete"] == len(records) - 1
 
 
 def test_a_crash_mid_stage_resumes_from_the_cache_with_the_same_output(run: Path, monkeypatch, tmp_path) -> None:
@@ -310,8 +313,10 @@ def test_prompt_budget_at_twelve_turns_with_real_texts() -> None:
     budget = {"questioner": tokens(Questioner(None).messages(docs, history, "0:c1:12")) + tokens(structured),
               "responder": tokens(Responder(None).messages(history, questions[11], docs[0])),
               "polisher": tokens(Polisher(None).messages(history, questions[11]))}
+    print(f"\nprompt tokens at turn 12 with full history: {budget}")
     assert all(n < 3000 for n in budget.values()), budget
     # what keeps the Questioner under budget: its history answers are cut (to 240 characters) and its documents
     # (to 800); with whole answers and documents, as the authors show them, it is far over
     whole = Questioner(None, doc_chars=2048, history_answer_chars=10**6).messages(docs, history, "0:c1:12")
+    print(f"questioner with whole answers and 2,048-character documents: {tokens(whole)}")
     assert tokens(whole) > 4000, tokens(whole)
