@@ -10,6 +10,11 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Dense scores are float32 dot products from numpy's OpenBLAS, whose kernels are picked by CPU: on an AVX-512 CPU
+# (measured on an AMD EPYC) the last bits differ from the AVX2 kernels and near-tied documents swap ranks (86
+# MTRAG dense figures of tests/regression moved by up to 0.0023). The recorded figures are AVX2's; pin OpenBLAS
+# to those kernels so that every machine reproduces them exactly (set before numpy is first imported).
+os.environ.setdefault("OPENBLAS_CORETYPE", "Haswell")
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("CONVRAG_SHARED_DATA", REPO.parent / "shared" / "data"))

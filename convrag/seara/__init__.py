@@ -1,0 +1,33 @@
+"""SEARA (arXiv "SPEAR", 2507.06554): choose a retriever configuration against pooled, LLM-judged pseudo-qrels.
+
+    from convrag.seara import build_pool, judge_pool, write_pseudo_qrels
+    pool = build_pool({"bm25": bm25_run, "dense": dense_run}, k=10)      # {config: {query_id: ranking}}
+    pseudo = judge_pool(pool, queries, chunks, get_llm(), max_calls=5000)  # prints the cost first
+    write_pseudo_qrels(pseudo, "out/")
+    evaluate.load("metrics/pr_auc", "chunks").compute(predictions=pool.predictions("bm25"),
+        references=pseudo.references(pool.query_ids), query_ids=list(pool.query_ids),
+        pool_signature=pseudo.signature)
+
+:mod:`convrag.seara.pool` pools and signs; :mod:`convrag.seara.judge` judges (cost bound, cap, cache, failures,
+calibration); :mod:`convrag.seara.qrels` writes the qrels layout and TREC files.
+"""
+
+from convrag.seara.judge import (
+    JudgeBudgetError,
+    JudgeEstimate,
+    Judgment,
+    PseudoQrels,
+    calibrate,
+    estimate_judging,
+    judge_pairs,
+    judge_pool,
+    judging_key,
+)
+from convrag.seara.pool import Pool, PoolMismatchError, build_pool, pool_signature, same_pool, score_table
+from convrag.seara.qrels import read_qrels_table, write_pseudo_qrels, write_qrels_table, write_trec_qrels
+
+__all__ = [
+    "JudgeBudgetError", "JudgeEstimate", "Judgment", "Pool", "PoolMismatchError", "PseudoQrels", "build_pool",
+    "calibrate", "estimate_judging", "judge_pairs", "judge_pool", "judging_key", "pool_signature",
+    "read_qrels_table", "same_pool", "score_table", "write_pseudo_qrels", "write_qrels_table", "write_trec_qrels",
+]
