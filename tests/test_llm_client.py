@@ -66,6 +66,21 @@ def test_chat_cache_rerun_makes_zero_calls(tmp_path: Path) -> None:
     assert d["cache_hits"] == 1 and d["cache_misses"] == 1 and d["calls"] == 1
 
 
+def test_is_cached_and_request_messages_answer_without_calling(tmp_path: Path) -> None:
+    fb = FakeBackend(["Paris, of course.", '{"answer": "Paris", "confidence": 0.9}'])
+    llm, _ = make(fb, tmp_path)
+    assert not llm.is_cached(MSGS) and not llm.is_cached(MSGS, Answer) and fb.calls == []
+    assert llm.request_messages(MSGS) == MSGS
+    sent = llm.request_messages(MSGS, Answer)  # the schema instruction is added to what is sent
+    assert sent != MSGS and "confidence" in "".join(m["content"] for m in sent)
+    llm.chat(MSGS)
+    assert llm.is_cached(MSGS) and not llm.is_cached(MSGS, Answer)
+    assert not llm.is_cached(MSGS, params=SamplingParams(max_tokens=7))  # other params, another key
+    llm.structured(MSGS, Answer)
+    assert llm.is_cached(MSGS, Answer) and len(fb.calls) == 2
+    assert fb.calls[-1]["messages"] == sent  # what was sent is what request_messages said
+
+
 def test_transient_errors_retried_with_backoff(tmp_path: Path) -> None:
     fb = FakeBackend([transient("rate_limit"), transient("server_error"), transient("timeout"), "ok"])
     llm, sleeps = make(fb, tmp_path)

@@ -193,7 +193,30 @@ class LLM:
         p = params or self.params
         return replace(p, **overrides) if overrides else p
 
+    def _structured_request(self, messages: list[Message], schema: Schema) -> tuple[list[Message], dict[str, Any]]:
+        schema_dict = json_schema_for(schema)
+        instruction = load_prompt("structured_output").render(
+            schema_json=json.dumps(compact_schema(schema_dict), ensure_ascii=False))[0]["content"]
+        return _with_instruction(messages, instruction), schema_dict
+
     # -- public API --------------------------------------------------------------------------------------
+    def request_messages(self, messages: list[Message], schema: Schema | None = None) -> list[Message]:
+        """The conversation :meth:`chat` (``schema`` None) or :meth:`structured` sends for ``messages``: with a
+        schema, the schema instruction added. What cost estimates count."""
+        return messages if schema is None else self._structured_request(messages, schema)[0]
+
+    def is_cached(self, messages: list[Message], schema: Schema | None = None,
+                  params: SamplingParams | None = None) -> bool:
+        """Whether :meth:`chat` (``schema`` None) or :meth:`structured` would answer these messages from the cache,
+        without calling anything: what cost estimates use to leave out work already paid for."""
+        if self.cache is None:
+            return False
+        p = params or self.params
+        if schema is None:
+            return self.cache.get(self._key("chat", messages, p, None)) is not None
+        convo, schema_dict = self._structured_request(messages, schema)
+        return self.cache.get(self._key("structured", convo, p, schema_dict)) is not None
+
     def chat(self, messages: list[Message], params: SamplingParams | None = None, *, use_cache: bool = True,
              **overrides: Any) -> Completion:
         """Free-text completion. ``overrides`` set single sampling fields (``max_tokens=64``)."""
@@ -239,10 +262,7 @@ class LLM:
         reply could be read, :class:`LLMFailure` when a call failed.
         """
         p = self._params(params, overrides)
-        schema_dict = json_schema_for(schema)
-        instruction = load_prompt("structured_output").render(
-            schema_json=json.dumps(compact_schema(schema_dict), ensure_ascii=False))[0]["content"]
-        convo = _with_instruction(messages, instruction)
+        convo, schema_dict = self._structured_request(messages, schema)
         key = self._key("structured", convo, p, schema_dict)
         if use_cache and self.cache is not None:
             hit = self.cache.get(key)

@@ -31,7 +31,6 @@ Definitions (``/work/shared/reference/seara.md`` sections 4.4 and 6.3):
 from __future__ import annotations
 
 import hashlib
-import json
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,10 +40,9 @@ from convrag.audit.items import AuditDoc, AuditItem
 from convrag.audit.missed import Calibration
 from convrag.audit.pooling import RELEVANT_CUTOFF, GradedRelevance, LLMRelevanceJudge, RelevanceJudge
 from convrag.errors import ConvragError
-from convrag.llm import LLM, LLMError, load_prompt, run_batch
+from convrag.llm import LLM, LLMError, run_batch
 from convrag.llm.cache import canonical_json
 from convrag.llm.report import FREE_BACKENDS
-from convrag.llm.structured import compact_schema, json_schema_for
 from convrag.seara.pool import Pool
 from convrag.synthesis.engine import Estimate
 
@@ -104,30 +102,6 @@ def judge_identity(judge: RelevanceJudge) -> dict[str, Any]:
         return {"judge": judge.name, "model": judge.llm.backend.model, "prompt": judge.template.name,
                 "prompt_sha": _sha(judge.template.templates)[:12], "params": judge.params.to_dict()}
     return {"judge": judge.name}
-
-
-def _request(llm: LLM, messages: list[dict[str, str]], params: Any) -> tuple[str, list[dict[str, str]], Any]:
-    """(cache kind, messages as sent, schema) of one :func:`~convrag.audit.verdict.judge_call` request.
-
-    Adapter over the LLM client's private ``_key`` / ``_with_instruction`` (see the suggested ``LLM.cached``); if
-    the client changes, requests look uncached and the estimate errs high, never low."""
-    if not llm.backend.supports_schema:
-        return "chat", messages, None
-    from convrag.llm.client import _with_instruction
-
-    schema = json_schema_for(GradedRelevance)
-    text = load_prompt("structured_output").render(
-        schema_json=json.dumps(compact_schema(schema), ensure_ascii=False))[0]["content"]
-    return "structured", _with_instruction(messages, text), schema
-
-
-def _is_cached(llm: LLM, kind: str, messages: list[dict[str, str]], params: Any, schema: Any) -> bool:
-    if llm.cache is None:
-        return False
-    try:
-        return llm.cache.get(llm._key(kind, messages, params or llm.params, schema)) is not None
-    except Exception:  # a changed client: treat as uncached (the estimate errs high)
-        return False
 
 
 @dataclass
@@ -192,12 +166,13 @@ def _plan(pairs: Sequence[tuple[str, str]], queries: Mapping[str, Query], chunks
         return _Plan(judge, list(pairs), keys, units, est)
     params = judge.params
     cached = chars = 0
+    schema = GradedRelevance if llm.backend.supports_schema else None  # as judge_call asks
     for item, doc in units.values():
-        kind, sent, schema = _request(llm, judge.messages(item, doc), params)
-        if _is_cached(llm, kind, sent, params, schema):
+        messages = judge.messages(item, doc)
+        if llm.is_cached(messages, schema, params):
             cached += 1
         else:
-            chars += sum(len(m["content"]) for m in sent)
+            chars += sum(len(m["content"]) for m in llm.request_messages(messages, schema))
     calls = len(units) - cached
     attempts = llm.structured_attempts if llm.backend.supports_schema else 1
     max_tokens = params.max_tokens or 0
