@@ -10,11 +10,14 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# Dense scores are float32 dot products from numpy's OpenBLAS, whose kernels are picked by CPU: on an AVX-512 CPU
-# (measured on an AMD EPYC) the last bits differ from the AVX2 kernels and near-tied documents swap ranks (86
-# MTRAG dense figures of tests/regression moved by up to 0.0023). The recorded figures are AVX2's; pin OpenBLAS
-# to those kernels so that every machine reproduces them exactly (set before numpy is first imported).
+# Dense figures come from float32 arithmetic whose kernels are picked by CPU: torch's (encoding) and numpy's
+# OpenBLAS (scoring). On an AVX-512 CPU (measured on an AMD EPYC) the last bits differ from the AVX2 kernels and
+# near-tied documents swap ranks: 86 MTRAG dense figures of tests/regression moved, by up to 0.0023 (57 with only
+# OpenBLAS pinned). The recorded figures are AVX2's: pin both to those kernels so that every x86 machine
+# reproduces them exactly (set before numpy or torch is first imported).
 os.environ.setdefault("OPENBLAS_CORETYPE", "Haswell")
+os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
+os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("CONVRAG_SHARED_DATA", REPO.parent / "shared" / "data"))
