@@ -32,7 +32,9 @@ from convrag.llm.types import BackendError
 sys.path.insert(0, str(Path(__file__).parent))
 from mtr_bench_fixture import write_fixture  # noqa: E402
 
-HOTPOT = "/work/shared/data/hotpotqa/hotpot_dev_distractor_v1.first30.json"
+from .conftest import DATA  # noqa: E402
+
+HOTPOT = str(DATA / "hotpotqa" / "hotpot_dev_distractor_v1.first30.json")
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Judging a SEARA pool into pseudo-qrels: each unique (query, chunk text) judged once, graded 0-3, cached.
 
-Definitions (``/work/shared/reference/seara.md`` sections 4.4 and 6.3):
+Definitions (the SEARA memo (``shared/reference/seara.md``) sections 4.4 and 6.3):
 
 * **grade**: UMBRELA-style 0-3 (0 unrelated, 1 related, 2 partial or buried answer, 3 answers); relevant at
   grade >= 2 (:data:`convrag.audit.pooling.RELEVANT_CUTOFF`, ``trec_eval -l 2``). The judge is the audit's

@@ -1,6 +1,6 @@
 """SEARA's pool: per query, the union of every compared configuration's top-K, and the pool signature.
 
-Definitions (``/work/shared/reference/seara.md`` section 2.1 and 6.3):
+Definitions (the SEARA memo (``shared/reference/seara.md``) section 2.1 and 6.3):
 
 * a configuration's list for query q is its ranking cut at depth ``K`` (duplicates are an error upstream:
   rankings come from retrievers, which never repeat an id);
