@@ -40,6 +40,8 @@ SAMPLE_FIELDS.update({
     "audit_turn_dependency": {"history": [("user", "q"), ("assistant", "a")], "query": "and then?"},
     "audit_question_pattern": {"query": "why?"},
     "audit_relevance_graded": {"query": "q", "document": "d"},
+    "seara_fact_extract": {"query": "Where does the Danube end?", "chunk": "It flows east into the Black Sea."},
+    "seara_fact_entail": {"fact": "The Danube ends in the Black Sea.", "chunk": "It flows east into the Black Sea."},
 })
 
 
