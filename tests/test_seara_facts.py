@@ -311,3 +311,41 @@ def test_hotpot_minimal_facts_memo_6_7_item_6(hotpot: dict) -> None:
     metric = evaluate.load(str(REPO / "metrics" / "pr_auc"), "facts")
     result = metric.compute(**pr_auc_inputs(all_gold, every, pooled))
     assert result["recall_at_k"] == 1.0 and result["n_scored"] == len(gold_docs)
+
+
+# --- the real local model (plumbing only: nothing here measures what a 135M model extracts) ---------------------------
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_extraction_and_entailment_through_the_default_local_model(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("llama_cpp", reason="the default backend needs llama-cpp-python")
+    from convrag.llm import get_llm
+    from convrag.seara.facts import llm_entailment, match_chunks
+
+    monkeypatch.delenv("CONVRAG_LLM", raising=False)
+    doc = ("The Danube is Europe's second-longest river. It rises in the Black Forest of Germany and flows "
+           "east for about 2,850 km. It empties into the Black Sea through the Danube Delta in Romania.")
+    chunks = [Chunk("d#0", "danube", 0, doc[:95]), Chunk("d#1", "danube", 95, doc[95:])]
+    llm = get_llm("default", cache=tmp_path)
+    queries = {"q1": "Where does the Danube end?"}
+    got = extract_facts(queries, chunks, {"q1": ["d#0", "d#1"]}, llm)
+    c = got.counts
+    assert c["pairs"] == 2
+    assert c["quotes"] == c["accepted"] + c["rejected_not_verbatim"]
+    # every pair ends one way: quotes read (some may be rejected), an empty list, or counted as failed
+    assert c["unparseable"] + c["call_failed"] + c["no_quotes"] <= 2
+    for unit in got.units:  # accepted quotes are verbatim and their offsets point into the document
+        assert doc[unit.start:unit.end] == unit.text
+    assert len(got.rejected) == c["rejected_not_verbatim"]
+    rerun = get_llm("default", cache=tmp_path)
+    again = extract_facts(queries, chunks, {"q1": ["d#0", "d#1"]}, rerun)
+    assert again.units == got.units  # answered pairs come from the cache; only unread replies are asked again
+    if c["unparseable"] + c["call_failed"] == 0:
+        assert rerun.report.calls == 0
+
+    # entailment: a fact stated in other words, so neither span nor string matches and the judge is asked
+    fact = dedupe_facts([Unit("q1", "x#0", "other", 0, 31, "The river ends in the Black Sea")]).facts
+    counts: Counter[str] = Counter()
+    matches = match_chunks([chunks[1]], fact.values(), entail=llm_entailment(llm, counts))
+    assert counts["entail_calls"] == 1 and counts["entail_failed"] <= 1
+    assert all(m.rule == "entail" for m in matches) and len(matches) <= 1
