@@ -85,7 +85,7 @@ def render(summary: Mapping[str, Any]) -> str:
     for name, bench in summary["benchmarks"].items():
         for dim, by_judge in bench["all"]["labels"].items():
             for judge, slot in by_judge.items():
-                top = sorted(slot["shares"].items(), key=lambda kv: -kv[1])[:4]
+                top = sorted(slot["shares"].items(), key=lambda kv: -kv[1])  # every label of the set
                 shares = ", ".join(f"{k} {v:.0%}" for k, v in top) or "none parsed"
                 lines.append(f"- {name}, {dim}, {judge}: {shares}; entropy "
                              f"{_cell(slot['normalized_entropy'], 3)}; unparsed {slot['unparsed']}")
