@@ -86,6 +86,9 @@ def test_harmonic_mean_rules() -> None:
     assert harmonic_mean([0.9, 0.9, 0.0]) == 0.0
     assert harmonic_mean([-0.1, 0.9]) == 0.0
     assert math.isnan(harmonic_mean([math.nan, 0.5]))
+    # one value is itself exactly; 1 / (1 / x) is not (this x came from a BERTScore run on an AVX-512 CPU)
+    x = 0.37505218662682643
+    assert 1 / (1 / x) != x and harmonic_mean([x]) == x
     with pytest.raises(ComponentError, match="no values"):
         harmonic_mean([])
     # the official 3-term formula 3abc / (ab + ac + bc)

@@ -193,7 +193,8 @@ def recall_batch(predictions: Sequence[str], references: Sequence[str], scorer: 
 
 
 def harmonic_mean(values: Sequence[float]) -> float:
-    """n / sum(1/v). 0.0 if any value is 0 (or negative); NaN if any is NaN; an empty sequence raises."""
+    """n / sum(1/v). 0.0 if any value is 0 (or negative); NaN if any is NaN; an empty sequence raises; one value is
+    returned as it is (1 / (1 / v) can be off by one unit in the last place)."""
     vals = [float(v) for v in values]
     if not vals:
         raise ComponentError("harmonic mean of no values")
@@ -201,6 +202,8 @@ def harmonic_mean(values: Sequence[float]) -> float:
         return math.nan
     if any(v <= 0 for v in vals):
         return 0.0
+    if len(vals) == 1:
+        return vals[0]
     return len(vals) / sum(1.0 / v for v in vals)
 
 
