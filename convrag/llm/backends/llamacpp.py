@@ -11,11 +11,10 @@ from typing import Any
 from convrag.llm.backends.base import Backend
 from convrag.llm.types import BackendError, Completion, Message, SamplingParams, Usage
 
-_MODELS: dict[tuple[str, int, int], Any] = {}
+#: loaded models with the lock that serialises calls into each: a llama.cpp context is not thread-safe, and two
+#: judges of one ensemble (or two roles) built on the same GGUF share one context, so they share its lock
+_MODELS: dict[tuple[str, int, int], tuple[Any, threading.Lock]] = {}
 _MODELS_LOCK = threading.Lock()
-# One lock per loaded model, shared by every backend instance that uses it: a llama.cpp context is not
-# thread-safe, and two judges of one ensemble (or two roles) built on the same GGUF share one context.
-_CALL_LOCKS: dict[tuple[str, int, int], threading.Lock] = {}
 
 
 def default_gguf_path() -> Path:
@@ -73,8 +72,9 @@ def default_threads() -> int:
     return max(1, cores // 2)
 
 
-def load_llama(path: Path, n_ctx: int = 4096, n_threads: int | None = None) -> Any:
-    """Load (once per process) a GGUF model with llama.cpp."""
+def load_llama(path: Path, n_ctx: int = 4096, n_threads: int | None = None) -> tuple[Any, threading.Lock]:
+    """Load (once per process) a GGUF model with llama.cpp: the model and the lock every caller holds while
+    calling into it."""
     try:
         from llama_cpp import Llama
     except ImportError as exc:
@@ -83,18 +83,9 @@ def load_llama(path: Path, n_ctx: int = 4096, n_threads: int | None = None) -> A
     key = (str(path), n_ctx, threads)
     with _MODELS_LOCK:
         if key not in _MODELS:
-            _MODELS[key] = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, verbose=False)
-            _CALL_LOCKS[key] = threading.Lock()
+            _MODELS[key] = (Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, verbose=False),
+                            threading.Lock())
         return _MODELS[key]
-
-
-def model_lock(llm: Any) -> threading.Lock:
-    """The lock that serialises calls into ``llm``, a model returned by :func:`load_llama`."""
-    with _MODELS_LOCK:
-        for key, model in _MODELS.items():
-            if model is llm:
-                return _CALL_LOCKS[key]
-    raise BackendError("model_lock: the model was not loaded through load_llama")
 
 
 class LlamaCppBackend(Backend):
@@ -117,18 +108,19 @@ class LlamaCppBackend(Backend):
         self.digest = _file_digest(self.path)
         self.n_ctx = n_ctx
         self.n_threads = n_threads
-        self._llm: Any = None
-        self._lock: threading.Lock | None = None
+        self._loaded: tuple[Any, threading.Lock] | None = None
 
     def identity(self) -> dict[str, Any]:
         return {"backend": self.name, "model": self.model, "digest": self.digest}
 
+    def _model(self) -> tuple[Any, threading.Lock]:
+        if self._loaded is None:
+            self._loaded = load_llama(self.path, self.n_ctx, self.n_threads)
+        return self._loaded
+
     @property
     def llm(self) -> Any:
-        if self._llm is None:
-            self._llm = load_llama(self.path, self.n_ctx, self.n_threads)
-            self._lock = model_lock(self._llm)
-        return self._llm
+        return self._model()[0]
 
     def complete(self, messages: list[Message], params: SamplingParams, *,
                  json_schema: dict[str, Any] | None = None, timeout: float | None = None) -> Completion:
@@ -140,9 +132,8 @@ class LlamaCppBackend(Backend):
             kwargs["stop"] = list(params.stop)
         if json_schema is not None:
             kwargs["response_format"] = {"type": "json_object", "schema": grammar_schema(json_schema)}
-        llm = self.llm
-        assert self._lock is not None
-        with self._lock:
+        llm, lock = self._model()
+        with lock:
             try:
                 resp = llm.create_chat_completion(**kwargs)
             except BackendError:
