@@ -42,7 +42,7 @@ from scipy.stats import kendalltau, rankdata
 
 from convrag.audit.items import AuditDoc, AuditItem, AuditSet
 from convrag.audit.pooling import POOLED, RELEVANT_CUTOFF, Pool, PooledDoc, RelevanceJudge, item_qrels, retrieve
-from convrag.audit.verdict import Verdict
+from convrag.audit.verdict import Verdict, failure_kind
 from convrag.errors import ConvragError
 from convrag.llm import run_batch
 from convrag.metrics.retrieval.compute import RetrievalResult, parse_measure, score_run
@@ -180,11 +180,6 @@ class MissedReport:
         }  # fmt: skip
 
 
-def _reason(error: str) -> str:
-    """The failure kind of a verdict error: ``unparseable`` or ``call failed``."""
-    return error.split(":", 1)[0].strip() or "failed"
-
-
 def estimate_missed(audit_set: AuditSet, pooled: Mapping[str, Sequence[PooledDoc]], judge: RelevanceJudge, *,
                     cutoff: int = RELEVANT_CUTOFF, calibrate: bool = True, concurrency: int = 4) -> MissedReport:
     """Judge each audited turn's pooled unlabelled documents (and, ``calibrate``, its labelled ones) and report
@@ -224,7 +219,7 @@ def estimate_missed(audit_set: AuditSet, pooled: Mapping[str, Sequence[PooledDoc
         verdicts.append(v)
         turn = turns[it.item_id]
         if v.score is None:
-            reason = _reason(v.error or "")
+            reason = failure_kind(v.error or "")
             failures[reason] = failures.get(reason, 0) + 1
             if dimension == POOLED:
                 turn.failed += 1

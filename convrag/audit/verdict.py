@@ -89,6 +89,11 @@ def _verdict_field(schema: type[BaseModel]) -> str:
     return names[-1]
 
 
+def failure_kind(error: str) -> str:
+    """The kind of a :func:`judge_call` error, the text before its first colon: ``unparseable`` or ``call failed``."""
+    return error.split(":", 1)[0].strip() or "failed"
+
+
 def judge_call(llm: LLM, messages: list[Message], schema: type[BaseModel],
                fallback_parse: Callable[[str], Any | None], *,
                params: SamplingParams | None = None) -> tuple[Any | None, str, str, str | None]:

@@ -39,6 +39,7 @@ from typing import Any
 from convrag.audit.items import AuditDoc, AuditItem
 from convrag.audit.missed import Calibration
 from convrag.audit.pooling import RELEVANT_CUTOFF, GradedRelevance, LLMRelevanceJudge, RelevanceJudge
+from convrag.audit.verdict import failure_kind
 from convrag.errors import ConvragError
 from convrag.llm import LLM, LLMError, run_batch
 from convrag.llm.cache import canonical_json
@@ -208,10 +209,6 @@ class Judgment:
     key: str
 
 
-def _reason(error: str) -> str:
-    return error.split(":", 1)[0].strip() or "failed"
-
-
 @dataclass
 class PseudoQrels:
     """Judged pairs of one pool (or any pair list) by one judge, with the cost figures of the run.
@@ -253,7 +250,7 @@ class PseudoQrels:
         """Failed unique judgments by reason (``unparseable``, ``call failed``)."""
         out: dict[str, int] = {}
         for error in {j.key: j.error for j in self.judgments if j.error}.values():
-            out[_reason(error)] = out.get(_reason(error), 0) + 1
+            out[failure_kind(error)] = out.get(failure_kind(error), 0) + 1
         return out
 
     def relevant(self, query_id: str) -> list[str]:
