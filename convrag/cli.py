@@ -244,6 +244,13 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return run_command(args)
 
 
+def cmd_select(args: argparse.Namespace) -> int:
+    """Choose a retriever configuration for a corpus and its queries (SEARA: pool, judge, PR-AUC, search)."""
+    from convrag.seara.command import run_command
+
+    return run_command(args)
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from convrag.builders import available
     from convrag.retrievers import available_retrievers
@@ -391,6 +398,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print calls, tokens and cost per judge; call nothing")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.set_defaults(func=cmd_audit)
+
+    p = sub.add_parser("select", help="choose the best retriever configuration for your corpus and queries, without "
+                                      "labels (SEARA: pooled LLM judgments, PR-AUC, staged / racing search)")
+    p.add_argument("--space", required=True, metavar="YAML", help="strategy space: dimensions, judge, search")
+    p.add_argument("--corpus", metavar="SOURCE",
+                   help="JSONL / Parquet file or folder (_id or id, title, text) or a built folder (its corpus config; "
+                        "default: the --queries folder)")
+    p.add_argument("--corpus-config", help="config of a built folder holding the corpus (default: its only *corpus)")
+    p.add_argument("--queries", required=True, metavar="SOURCE",
+                   help="a .txt file (one query per line), a .jsonl file (_id, text, optional history) or a built "
+                        "benchmark folder (its qrels are not read)")
+    p.add_argument("--split", help="split of a built --queries folder (default: its evaluation split)")
+    p.add_argument("--query-strategy", help="how a multi-turn query becomes text (default: the space's, baseline)")
+    p.add_argument("--max-queries", type=int, help="use the first N queries only")
+    p.add_argument("--out", required=True, help="new (or empty) output folder: leaderboard, chosen.yaml, plots")
+    p.add_argument("--judge", metavar="SPEC", help="judge LLM spec (default: the space's judge.model, else "
+                                                   "$CONVRAG_LLM or the embedded placeholder)")
+    p.add_argument("--llm", metavar="SPEC", help="LLM spec of rewriters / rerankers that name no model "
+                                                 "(default: the judge's)")
+    p.add_argument("--cache", help="LLM cache folder (default: the LLM layer's)")
+    p.add_argument("--max-judgments", type=int, help="refuse to judge more unique pairs than this in one pool")
+    p.add_argument("--dry-run", action="store_true", help="print the configurations and the cost bounds; call nothing")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.set_defaults(func=cmd_select)
 
     p = sub.add_parser("list", help="list registered benchmarks and retrievers")
     p.set_defaults(func=cmd_list)

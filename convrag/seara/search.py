@@ -1,0 +1,186 @@
+"""SEARA search over a strategy space: ``grid``, ``staged`` and ``racing`` (memo ``seara.md`` section 6.4).
+
+Every comparison is made inside one pool: the configurations compared are run, their top-K lists pooled
+(:func:`convrag.seara.pool.build_pool`), each unique (query, chunk text) judged once through the cached LLM layer
+(:func:`convrag.seara.judge.judge_pool`), and every configuration scored with ``metrics/pr_auc`` against those
+pseudo-qrels (headline: micro step PR-AUC at K). A query with a failed judgment is left out of every score of
+that pool and listed (a failed call never becomes a grade). The pick: the best point estimate, unless a cheaper
+configuration's paired-bootstrap CI of the difference includes 0 (cheaper wins, as the paper chose its LLM
+reranker for cost; :func:`convrag.seara.stats.pick`).
+
+* ``grid``: every configuration of the space in one pool.
+* ``staged`` (paper Table 2): each stage varies some dimensions over the running best and is judged in its own
+  pool; its winner sets those dimensions for later stages. Stage scores are not comparable across pools, so the
+  winners and runners-up of all stages, the baseline and ``baselines`` are re-scored in one final common pool,
+  which chooses. The last stage's factorial (two or more varied dimensions) gets main effects and an
+  interaction plot.
+* ``racing``: successive halving over queries: all configurations on a seeded ``start`` share of the queries,
+  then configurations whose CI upper bound is below the leader's lower bound are dropped and the query set grows
+  by ``factor``, until all queries are used; the last round (all queries, the survivors) chooses.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from convrag.metrics.pr_auc.compute import score_chunks
+from convrag.seara.judge import PseudoQrels, judge_pool
+from convrag.seara.pool import Pool, build_pool
+from convrag.seara.runner import Runner
+from convrag.seara.space import BEST, DIMENSIONS, Configuration, Space
+from convrag.seara.stats import SelectionError, bootstrap, factorial_effects, pick
+
+
+@dataclass
+class PoolResult:
+    """One judged pool and the scores of the configurations it compares."""
+
+    label: str
+    configurations: list[Configuration]
+    query_ids: list[str]
+    pool: Pool
+    pseudo: PseudoQrels
+    scores: dict[str, dict[str, Any]]
+    boot: Any
+    pick: Any
+    failed_queries: list[str] = field(default_factory=list)
+    effects: dict[str, Any] | None = None
+
+    @property
+    def winner(self) -> Configuration:
+        return next(c for c in self.configurations if c.name == self.pick.winner)
+
+
+@dataclass
+class SearchResult:
+    """All pools of a search, the final one last; ``chosen`` is the final pool's pick."""
+
+    strategy: str
+    pools: list[PoolResult]
+    chosen: Configuration
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def final(self) -> PoolResult:
+        return self.pools[-1]
+
+    def judge_totals(self) -> dict[str, Any]:
+        """Judge calls, cache hits, failures, tokens and cost summed over every pool of the search."""
+        total: dict[str, Any] = {"pools": len(self.pools), "pairs": 0, "unique": 0, "failed_pairs": 0}
+        for p in self.pools:
+            s = p.pseudo.summary()
+            total["pairs"] += s["pairs"]
+            total["unique"] += s["unique"]
+            total["failed_pairs"] += s["failed_pairs"]
+            for key, value in (s.get("llm") or {}).items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    total[key] = total.get(key, 0) + value
+        return total
+
+
+class Searcher:
+    """Runs a search of ``space`` with ``runner``; ``judge`` is the judging LLM (or any relevance judge)."""
+
+    def __init__(self, space: Space, runner: Runner, judge: Any, *, echo: Callable[[str], None] | None = print,
+                 on_pool: Callable[[PoolResult], None] | None = None) -> None:
+        self.space, self.runner, self.judge, self.echo, self.on_pool = space, runner, judge, echo, on_pool
+
+    def _say(self, text: str) -> None:
+        if self.echo is not None:
+            self.echo(text)
+
+    # ----------------------------------------------------------------------------------------- one pool
+    def evaluate(self, label: str, configs: Sequence[Configuration], qids: Sequence[str]) -> PoolResult:
+        """Run, pool, judge and score ``configs`` on ``qids`` (module docstring)."""
+        configs = list(dict.fromkeys(configs))
+        k, level = self.space.depth, int(self.space.judge["level"])
+        self._say(f"[{label}] {len(configs)} configurations x {len(qids)} queries, depth {k}")
+        runs = {c.name: self.runner.run(c, qids) for c in configs}
+        pool = build_pool(runs, k=k, query_ids=list(qids))
+        pseudo = judge_pool(pool, self.runner.queries, self.runner.texts, self.judge,
+                            max_calls=self.space.judge["max_judgments"], max_cost_usd=self.space.judge["max_cost_usd"],
+                            concurrency=int(self.space.judge["concurrency"]), echo=self._say, cutoff=level)  # fmt: skip
+        failed = sorted({j.query_id for j in pseudo.failed})
+        scored = [q for q in qids if q not in failed]
+        qrels = {q: pseudo.qrels.get(q, {}) for q in scored}
+        kept = {name: {q: run[q] for q in scored} for name, run in runs.items()}
+        scores = {name: score_chunks(run, qrels, k=k, relevance_level=level, pool_signature=pseudo.signature)
+                  for name, run in kept.items()}  # fmt: skip
+        boot = bootstrap(kept, qrels, k, n_boot=self.space.bootstrap, seed=self.space.seed, level=level,
+                         alpha=self.space.alpha, pool_signature=pseudo.signature)  # fmt: skip
+        choice = pick(boot, {c.name: self.space.cost(c) for c in configs}, alpha=self.space.alpha)
+        result = PoolResult(label, configs, list(qids), pool, pseudo, scores, boot, choice, failed)
+        varied = [d for d in DIMENSIONS if len({c.get(d) for c in configs}) > 1]
+        if len(varied) >= 2:
+            factors = {c.name: {d: c.get(d) for d in varied} for c in configs}
+            try:
+                result.effects = factorial_effects({n: s["pr_auc"] or 0.0 for n, s in scores.items()}, factors)
+            except SelectionError:
+                result.effects = None  # not a full factorial (exclusions): no effects table
+        if failed:
+            self._say(f"[{label}] {len(failed)} queries have a failed judgment and are left out of every score: "
+                      f"{', '.join(failed[:5])}{' ...' if len(failed) > 5 else ''}")
+        self._say(f"[{label}] winner {choice.winner} ({choice.reason})")
+        if self.on_pool is not None:
+            self.on_pool(result)
+        return result
+
+    # ----------------------------------------------------------------------------------------- strategies
+    def run(self, query_ids: Sequence[str] | None = None) -> SearchResult:
+        """The search the space asks for (``search.strategy``)."""
+        qids = list(query_ids or self.runner.queries)
+        return {"grid": self.grid, "staged": self.staged, "racing": self.racing}[self.space.strategy](qids)
+
+    def grid(self, qids: Sequence[str]) -> SearchResult:
+        final = self.evaluate("grid", self.space.full_grid(), qids)
+        return SearchResult("grid", [final], final.winner)
+
+    def _values(self, names: Sequence[str], dim: str, winners: Mapping[str, Configuration]) -> list[str]:
+        return list(dict.fromkeys(winners[n[len(BEST):]].get(dim) if n.startswith(BEST) else n for n in names))
+
+    def staged(self, qids: Sequence[str]) -> SearchResult:
+        best = dict(self.space.baseline)
+        winners: dict[str, Configuration] = {}
+        pools: list[PoolResult] = []
+        finalists: list[Configuration] = [self.space.configuration()]
+        for stage in self.space.stages:
+            vary = {d: self._values(names, d, winners) for d, names in stage.vary.items()}
+            configs = self.space.grid(vary, best)
+            if not configs:
+                raise ValueError(f"stage {stage.name!r}: every configuration is excluded by the space's 'exclude'")
+            result = self.evaluate(f"stage {stage.name}", configs, qids)
+            pools.append(result)
+            winners[stage.name] = result.winner
+            best.update({d: result.winner.get(d) for d in vary})
+            by_point = sorted(result.boot.configurations, key=lambda n: (-result.boot.point[n], n))
+            ranked = [result.pick.winner] + [n for n in by_point if n != result.pick.winner]
+            finalists += [c for n in ranked[: self.space.keep_per_stage] for c in configs if c.name == n]
+        finalists += [self.space.configuration(b) for b in self.space.baselines]
+        final = self.evaluate("final common pool", finalists, qids)
+        final.effects = pools[-1].effects if final.effects is None else final.effects
+        return SearchResult("staged", [*pools, final], final.winner)
+
+    def racing(self, qids: Sequence[str]) -> SearchResult:
+        order = list(qids)
+        random.Random(self.space.seed).shuffle(order)
+        alive = self.space.full_grid()
+        n = max(1, math.ceil(self.space.racing["start"] * len(order)))
+        pools: list[PoolResult] = []
+        rounds: list[dict[str, Any]] = []
+        while True:
+            result = self.evaluate(f"racing round {len(pools) + 1}", alive, order[:n])
+            pools.append(result)
+            bounds = {c.name: result.boot.ci(c.name) for c in alive}
+            leader = max(bounds, key=lambda name: (bounds[name][0], name))
+            keep = [c for c in alive if bounds[c.name][1] >= bounds[leader][0]]
+            rounds.append({"round": len(pools), "queries": n, "configurations": len(alive),
+                           "dropped": [c.name for c in alive if c not in keep]})  # fmt: skip
+            if n >= len(order):
+                break
+            alive = keep
+            n = min(len(order), math.ceil(n * self.space.racing["factor"]))
+        return SearchResult("racing", pools, pools[-1].winner, rounds)
