@@ -42,6 +42,9 @@ SAMPLE_FIELDS.update({
     "audit_relevance_graded": {"query": "q", "document": "d"},
     "seara_fact_extract": {"query": "Where does the Danube end?", "chunk": "It flows east into the Black Sea."},
     "seara_fact_entail": {"fact": "The Danube ends in the Black Sea.", "chunk": "It flows east into the Black Sea."},
+    "seara_query_variants": {"query": "Where does the Danube end?", "n": 4},
+    "seara_rerank_listwise": {"query": "Where does the Danube end?",
+                              "passages": ["It flows east.", "It ends in the Black Sea."]},
 })
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from convrag.errors import ConvragError
-from convrag.seara.chunking import chunk_documents, filter_chunks
+from convrag.seara.chunking import ChunkingReport, chunk_documents, filter_chunks
 from convrag.seara.facts import Chunk
 from convrag.seara.inputs import Document
 from convrag.seara.space import Configuration, Option, Space
@@ -36,10 +36,13 @@ class Runner:
         self._llms: dict[str, Any] = {}
         self._chunks: dict[tuple[str, str], dict[str, Chunk]] = {}
         self.dropped: dict[tuple[str, str], int] = {}
+        self.chunking_reports: dict[str, ChunkingReport] = {}
         self._indexes: dict[tuple[str, str, str], Any] = {}
         self._components: dict[tuple[str, str], Any] = {}
         self._lists: dict[str, dict[str, list[str]]] = {}
+        #: text and source document of every chunk made so far
         self.texts: dict[str, str] = {}
+        self.doc_of: dict[str, str] = {}
 
     # ----------------------------------------------------------------------------------------- shared work
     def llm(self, spec: str | None) -> Any:
@@ -54,7 +57,8 @@ class Runner:
         if key not in self._chunks:
             option = self.space.option("chunking", chunking)
             params = {k: v for k, v in option.params.items() if k != "strategy"}
-            made = chunk_documents(self.docs, str(option.params["strategy"]), **params)
+            counts = self.chunking_reports[chunking] = ChunkingReport()
+            made = chunk_documents(self.docs, str(option.params["strategy"]), report=counts, **params)
             rule = self.space.option("filter", filter_name).params
             kept, dropped = filter_chunks(made, **rule) if rule else (made, 0)
             if not kept:
@@ -63,6 +67,7 @@ class Runner:
             self.dropped[key] = dropped
             for c in kept:
                 self.texts[c.chunk_id] = c.text
+                self.doc_of[c.chunk_id] = c.doc_id
         return self._chunks[key]
 
     def index(self, chunking: str, filter_name: str, retrieval: str) -> Any:
@@ -139,6 +144,7 @@ class Runner:
         return {
             "chunks": {f"{c}/{f}": len(v) for (c, f), v in self._chunks.items()},
             "filtered_out": {f"{c}/{f}": n for (c, f), n in self.dropped.items()},
+            "documents_without_chunks": {c: r.empty_documents for c, r in self.chunking_reports.items()},
             "components": {f"{d}:{n}": comp.report() for (d, n), comp in self._components.items()
                            if hasattr(comp, "report")},
         }  # fmt: skip

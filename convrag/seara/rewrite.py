@@ -1,0 +1,158 @@
+"""SEARA multi-query rewriter (the space's ``rewriter`` dimension): an LLM proposes alternative search queries,
+each is retrieved, and the lists are fused with reciprocal rank fusion.
+
+Definitions:
+
+- *Variants* (:meth:`QueryRewriter.variants`): the original query first, then up to ``n_queries`` LLM queries
+  (prompt ``seara_query_variants``, structured reply ``{"queries": [...]}``) in reply order, each stripped;
+  blanks, non-strings and repeats (of the original or of an earlier variant, compared casefolded with
+  whitespace collapsed) dropped, then the first ``n_queries`` kept. A failed or unparseable call gives the
+  original query alone and is counted in ``failures`` by reason (``call_failed``, ``unparseable``); it never
+  gives a ranking of its own. A dead endpoint (:class:`EndpointUnreachable`) propagates.
+- *Retrieval* (:meth:`QueryRewriter.retrieve`): every variant ``i`` of query ``q`` is searched as query id
+  ``f"{q}\\u241f{i}"`` (``i`` = 0 is the original) to depth ``depth_each``; the lists of ``q`` are fused with
+  :func:`~convrag.metrics.pr_auc.inputs.fuse_rankings` (RRF: score = sum of 1 / (``rrf_k`` + rank) over the
+  lists holding the item, score descending, ties by id descending) and cut to the top ``k``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, Field
+
+from convrag.llm import LLM, BatchResult, load_prompt, run_batch
+from convrag.llm.types import EndpointUnreachable, LLMFailure, UnparsableReply
+from convrag.metrics.pr_auc.inputs import fuse_rankings
+
+PROMPT = "seara_query_variants"
+SEPARATOR = "\u241f"
+REPORT_KEYS = ("calls", "cache_hits", "cache_misses", "retries", "structured_retries", "prompt_tokens",
+               "completion_tokens", "cost_usd")
+DEFAULT_CONCURRENCY = 4
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class QueryVariants(BaseModel):
+    """Structured rewriter reply."""
+
+    queries: list[str] = Field(description="alternative search queries for the same request")
+
+
+class LLMTally:
+    """One component's LLM accounting: ``requests`` it made, ``failures`` by reason, and ``llm``: the increase of
+    the LLM's :class:`~convrag.llm.RunReport` counters (``REPORT_KEYS``) over this component's batches (exact when
+    nothing else uses that LLM meanwhile)."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.failures: Counter[str] = Counter()
+        self.llm: dict[str, float] = dict.fromkeys(REPORT_KEYS, 0)
+
+    def batch(self, llm: LLM, items: Iterable[T], fn: Callable[[T], R], concurrency: int) -> BatchResult[R]:
+        """``run_batch`` over ``items`` catching :class:`LLMFailure`, with the report counters added up."""
+        seq = list(items)
+        before = llm.report.to_dict()
+        try:
+            return run_batch(seq, fn, concurrency, catch=(LLMFailure,))
+        finally:
+            after = llm.report.to_dict()
+            self.requests += len(seq)
+            for key in REPORT_KEYS:
+                self.llm[key] += after[key] - before[key]
+
+    def failed(self, error: BaseException) -> str:
+        """Count a failed item by reason (``unparseable`` or ``call_failed``); a dead endpoint is re-raised."""
+        if isinstance(error, EndpointUnreachable):
+            raise error
+        reason = "unparseable" if isinstance(error, UnparsableReply) else "call_failed"
+        self.failures[reason] += 1
+        return reason
+
+    def report(self) -> dict[str, Any]:
+        """``requests``, ``failures`` (by reason), ``failed`` (their sum) and the LLM counters."""
+        llm = {k: round(v, 6) if k == "cost_usd" else int(v) for k, v in self.llm.items()}
+        return {"requests": self.requests, "failures": dict(self.failures), "failed": sum(self.failures.values()),
+                **llm}
+
+
+def _key(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def clean_variants(original: str, proposed: Iterable[Any], n: int) -> list[str]:
+    """The original, then at most ``n`` cleaned variants (rule in the module docstring)."""
+    out = [original]
+    seen = {_key(original)}
+    for item in proposed:
+        if len(out) > n:
+            break
+        if not isinstance(item, str) or not item.strip() or _key(item) in seen:
+            continue
+        seen.add(_key(item))
+        out.append(item.strip())
+    return out
+
+
+class QueryRewriter:
+    """LLM multi-query rewriter fused by RRF (module docstring). ``concurrency``: threads for one batch of
+    calls (None: 4; the LLM's own ``max_concurrency`` still bounds backend calls)."""
+
+    def __init__(self, llm: LLM, n_queries: int = 4, depth_each: int = 10, rrf_k: int = 60,
+                 concurrency: int | None = None) -> None:
+        for name, value in (("n_queries", n_queries), ("depth_each", depth_each)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"QueryRewriter: {name} must be an integer >= 1, got {value!r}")
+        self.llm = llm
+        self.n_queries = n_queries
+        self.depth_each = depth_each
+        self.rrf_k = rrf_k
+        self.concurrency = DEFAULT_CONCURRENCY if concurrency is None else concurrency
+        self.tally = LLMTally()
+
+    @property
+    def failures(self) -> Counter[str]:
+        return self.tally.failures
+
+    def report(self) -> dict[str, Any]:
+        """Requests, failures by reason and the LLM counters (see :class:`LLMTally`)."""
+        return self.tally.report()
+
+    def describe(self) -> dict[str, Any]:
+        """Settings for the leaderboard."""
+        return {"kind": "llm_multi_query", "model": self.llm.spec, "n_queries": self.n_queries,
+                "depth_each": self.depth_each, "fusion": "rrf", "rrf_k": self.rrf_k}
+
+    def _ask(self, query: str) -> list[str]:
+        messages = load_prompt(PROMPT).render(query=query, n=self.n_queries)
+        return list(self.llm.structured(messages, QueryVariants).value.queries)
+
+    def variants(self, queries: Mapping[str, str]) -> dict[str, list[str]]:
+        """{query id: [original, variant 1, ...]} (module docstring), in the order of ``queries``."""
+        qids = list(queries)
+        batch = self.tally.batch(self.llm, [queries[q] for q in qids], self._ask, self.concurrency)
+        out: dict[str, list[str]] = {}
+        for i, qid in enumerate(qids):
+            err = batch.errors.get(i)
+            if err is not None:
+                self.tally.failed(err)
+                out[qid] = [queries[qid]]
+            else:
+                out[qid] = clean_variants(queries[qid], batch.results[i] or [], self.n_queries)
+        return out
+
+    def retrieve(self, search: Callable[[Mapping[str, str], int], Mapping[str, Sequence[str]]],
+                 queries: Mapping[str, str], k: int) -> dict[str, list[str]]:
+        """Top ``k`` of the RRF fusion of the variants' lists, per query (module docstring). ``search(queries,
+        depth)`` is called once with every variant; a variant missing from its answer counts as an empty list."""
+        variants = self.variants(queries)
+        sub = {f"{qid}{SEPARATOR}{i}": text for qid, texts in variants.items() for i, text in enumerate(texts)}
+        hits = search(sub, self.depth_each)
+        out: dict[str, list[str]] = {}
+        for qid, texts in variants.items():
+            lists = [list(hits.get(f"{qid}{SEPARATOR}{i}", []))[:self.depth_each] for i in range(len(texts))]
+            out[qid] = fuse_rankings(lists, rrf_k=self.rrf_k)[:k]
+        return out
