@@ -259,7 +259,10 @@ def _scripted_judge(hotpot: dict) -> FakeBackend:
 def test_select_command_end_to_end(hotpot: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                    capsys: pytest.CaptureFixture) -> None:
     space = tmp_path / "space.yaml"
-    space.write_text(yaml.safe_dump(SPACE), encoding="utf-8")
+    combine = {"name": "combine",
+               "vary": {"chunking": ["original", "sent2"], "retrieval": ["best@retrieval", "random"]}}
+    data = {**SPACE, "search": {**SPACE["search"], "stages": [*SPACE["search"]["stages"], combine]}}
+    space.write_text(yaml.safe_dump(data), encoding="utf-8")
     backend = _scripted_judge(hotpot)
     monkeypatch.setattr(llm_module, "get_llm", lambda spec=None, **kw: LLM(backend, cache=False))
     out = tmp_path / "out"
@@ -269,22 +272,30 @@ def test_select_command_end_to_end(hotpot: dict, tmp_path: Path, monkeypatch: py
     printed = capsys.readouterr().out
     assert rc == 0
     assert {p.name for p in out.iterdir()} == {"leaderboard.md", "leaderboard.csv", "leaderboard.json", "chosen.yaml",
-                                               "pr_curves.png", "pr_curves.csv", "pools", "report.json"}
+                                               "pr_curves.png", "pr_curves.csv", "pools", "report.json",
+                                               "interaction.png"}
     assert sorted(p.name for p in (out / "pools").iterdir()) == ["01-stage-chunking", "02-stage-retrieval",
-                                                                  "03-final-common-pool"]
-    assert (out / "pools" / "03-final-common-pool" / "pseudo-qrels.trec").read_text().strip()
+                                                                  "03-stage-combine", "04-final-common-pool"]
+    assert (out / "pools" / "04-final-common-pool" / "pseudo-qrels.trec").read_text().strip()
     assert (out / "pr_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     chosen = yaml.safe_load((out / "chosen.yaml").read_text(encoding="utf-8"))
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     assert chosen["configuration"] == report["chosen"] and chosen["configuration"] in printed
     assert chosen["dimensions"]["retrieval"] in ("bm25", "bm25s")
-    assert report["judge_totals"]["pools"] == 3 and report["queries"] == 30
+    assert report["judge_totals"]["pools"] == 4 and report["queries"] == 30
+    # the combine stage is a 2 x 2 factorial (and the final pool is one too when its finalists cover the four
+    # cells, which it then takes): its effects drive the interaction plot
+    factorial = report["factorial"]
+    assert factorial["pool"] in ("stage combine", "final common pool")
+    assert set(factorial["levels"]) == {"chunking", "retrieval"}
+    assert factorial["main_effects"]["retrieval"]["random"] < 0
+    assert (out / "interaction.png").read_bytes()[:4] == b"\x89PNG"
     # the malformed first reply is a counted failure, never a grade: its query is left out of the first pool
     first = report["pools"][0]
     assert first["judgments"]["failed_pairs"] == 1 and first["judgments"]["failures"] == {"unparseable": 1}
     assert len(first["failed_queries"]) == 1 and report["judge_totals"]["failed_pairs"] == 1
     assert report["judge_llm"]["calls"] == report["judge_totals"]["unique"]
-    assert "PR-AUC micro" in printed and "Chosen:" in printed and "Judge: 3 pools" in printed
+    assert "PR-AUC micro" in printed and "Chosen:" in printed and "Judge: 4 pools" in printed
 
 
 def test_select_dry_run_and_refusals(hotpot: dict, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -324,3 +335,52 @@ def test_a_failure_mid_search_leaves_no_output(hotpot: dict, tmp_path: Path, mon
     assert rc == 2
     assert "exceed max_calls=100" in capsys.readouterr().err
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.partial-*"))
+
+
+# ------------------------------------------------------------------------------------------------ the local model
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_select_end_to_end_with_the_default_local_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    """Plumbing only: the embedded placeholder judges the pool and writes the rewriter's queries; its grades are
+    not evidence of anything. Four HotpotQA questions over their 40 paragraphs, 2 retrievers x 2 rewriters."""
+    pytest.importorskip("llama_cpp", reason="the default backend needs llama-cpp-python")
+    monkeypatch.delenv("CONVRAG_LLM", raising=False)
+    records = json.loads(HOTPOT.read_text(encoding="utf-8"))[:4]
+    titles: dict[str, str] = {}
+    with open(tmp_path / "docs.jsonl", "w", encoding="utf-8") as f:
+        for r in records:
+            for title, sentences in r["context"]:
+                if title not in titles:
+                    titles[title] = f"d{len(titles) + 1}"
+                    f.write(json.dumps({"_id": titles[title], "title": title, "text": "".join(sentences)}) + "\n")
+    (tmp_path / "questions.txt").write_text("".join(r["question"].strip() + "\n" for r in records), encoding="utf-8")
+    space = {"depth": 3, "judge": {"level": 1, "concurrency": 1},
+             "dimensions": {"retrieval": {"bm25": {"retriever": "bm25"}, "bm25s": {"retriever": "bm25s"}},
+                            "rewriter": {"none": {}, "llm": {"kind": "llm", "n_queries": 2, "depth_each": 3}}},
+             "search": {"strategy": "grid", "bootstrap": 200}}
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(space), encoding="utf-8")
+    args = ["select", "--space", str(tmp_path / "space.yaml"), "--corpus", str(tmp_path / "docs.jsonl"),
+            "--queries", str(tmp_path / "questions.txt"), "--cache", str(tmp_path / "cache"), "--no-progress"]
+    assert main([*args, "--out", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    out = tmp_path / "out"
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    assert report["judge"] == "default" and report["queries"] == 4
+    totals = report["judge_totals"]
+    assert totals["pools"] == 1 and totals["calls"] >= 1
+    assert totals["unique"] == totals["calls"] + totals["cache_hits"] or totals["failures"] > 0
+    rewriter = report["runner"]["components"]["rewriter:llm"]
+    assert rewriter["calls"] + rewriter["cache_hits"] >= 4  # one request per question (or its re-asks)
+    board = json.loads((out / "leaderboard.json").read_text(encoding="utf-8"))
+    assert {row["configuration"] for row in board["rows"]} == {"original/none/bm25/none/none",
+                                                              "original/none/bm25s/none/none",
+                                                              "original/none/bm25/llm/none",
+                                                              "original/none/bm25s/llm/none"}
+    assert (out / "pr_curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert "Chosen:" in printed and "placeholder" in printed
+    # a second run is answered from the cache: no new judge or rewriter call
+    assert main([*args, "--out", str(tmp_path / "again")]) == 0
+    again = json.loads((tmp_path / "again" / "report.json").read_text(encoding="utf-8"))
+    assert again["judge_llm"]["cache_misses"] == 0 or again["judge_llm"]["failures"] > 0
+    assert again["chosen"] == report["chosen"] or again["judge_llm"]["failures"] > 0

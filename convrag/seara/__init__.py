@@ -9,7 +9,12 @@
         pool_signature=pseudo.signature)
 
 :mod:`convrag.seara.pool` pools and signs; :mod:`convrag.seara.judge` judges (cost bound, cap, cache, failures,
-calibration); :mod:`convrag.seara.qrels` writes the qrels layout and TREC files.
+calibration); :mod:`convrag.seara.qrels` writes the qrels layout and TREC files; :mod:`convrag.seara.facts` extracts
+and matches minimal facts. ``convrag select`` (:mod:`convrag.seara.command`) chains them over a strategy space
+(:mod:`~convrag.seara.space`): :class:`~convrag.seara.runner.Runner` builds and runs configurations,
+:class:`~convrag.seara.search.Searcher` searches (grid, staged, racing), :mod:`~convrag.seara.stats` bootstraps and
+picks, :mod:`~convrag.seara.report` writes tables and plots; :mod:`~convrag.seara.validation` checks it all where the
+truth is known.
 """
 
 from convrag.seara.judge import (
@@ -25,9 +30,13 @@ from convrag.seara.judge import (
 )
 from convrag.seara.pool import Pool, PoolMismatchError, build_pool, pool_signature, same_pool, score_table
 from convrag.seara.qrels import read_qrels_table, write_pseudo_qrels, write_qrels_table, write_trec_qrels
+from convrag.seara.space import Configuration, Space, SpaceError, load_space, parse_space
+from convrag.seara.stats import BootstrapResult, Pick, SelectionError, bootstrap, factorial_effects, pick
 
 __all__ = [
     "JudgeBudgetError", "JudgeEstimate", "Judgment", "Pool", "PoolMismatchError", "PseudoQrels", "build_pool",
     "calibrate", "estimate_judging", "judge_pairs", "judge_pool", "judging_key", "pool_signature",
     "read_qrels_table", "same_pool", "score_table", "write_pseudo_qrels", "write_qrels_table", "write_trec_qrels",
+    "Configuration", "Space", "SpaceError", "load_space", "parse_space", "BootstrapResult", "Pick", "SelectionError",
+    "bootstrap", "factorial_effects", "pick",
 ]

@@ -157,10 +157,12 @@ def run_command(args: argparse.Namespace) -> int:
         write_choice(tmp / "chosen.yaml", chosen.name, chosen.as_dict(),
                      {k: v for k, v in final.scores[chosen.name].items() if isinstance(v, (int, float))},
                      final.pseudo.signature or "", reason=final.pick.reason)  # fmt: skip
-        varied = list((final.effects or {}).get("levels", {}))
-        if len(varied) >= 2:
-            plot_interaction(tmp / "interaction.png", final.effects, varied[0], varied[1],
-                             pool_signature=final.pseudo.signature)  # fmt: skip
+        factorial = found.factorial
+        if factorial is not None:
+            varied = list(factorial.effects["levels"])
+            plot_interaction(tmp / "interaction.png", factorial.effects, varied[0], varied[1],
+                             title=f"SEARA {factorial.label}: {varied[0]} x {varied[1]}",
+                             pool_signature=factorial.pseudo.signature)  # fmt: skip
         totals = found.judge_totals()
         report = {
             "space": str(args.space), "strategy": found.strategy, "depth": space.depth, "seed": space.seed,
@@ -170,7 +172,8 @@ def run_command(args: argparse.Namespace) -> int:
                 {"label": p.label, "configurations": [c.name for c in p.configurations], "queries": len(p.query_ids),
                  "signature": p.pseudo.signature, "winner": p.pick.winner, "failed_queries": p.failed_queries,
                  "judgments": p.pseudo.summary()} for p in found.pools],
-            "rounds": found.rounds, "runner": runner.report(), "effects": final.effects,
+            "rounds": found.rounds, "runner": runner.report(),
+            "factorial": None if factorial is None else {"pool": factorial.label, **factorial.effects},
         }  # fmt: skip
         write_json_atomic(tmp / "report.json", report)
         if out.is_dir():

@@ -68,6 +68,12 @@ class SearchResult:
     def final(self) -> PoolResult:
         return self.pools[-1]
 
+    @property
+    def factorial(self) -> PoolResult | None:
+        """The pool whose full factorial gives the interaction plot: the final pool if its configurations form one,
+        else the last stage that does (None when no pool does)."""
+        return next((p for p in reversed(self.pools) if p.effects is not None), None)
+
     def judge_totals(self) -> dict[str, Any]:
         """Judge calls, cache hits, failures, tokens and cost summed over every pool of the search."""
         total: dict[str, Any] = {"pools": len(self.pools), "pairs": 0, "unique": 0, "failed_pairs": 0}
@@ -161,7 +167,6 @@ class Searcher:
             finalists += [c for n in ranked[: self.space.keep_per_stage] for c in configs if c.name == n]
         finalists += [self.space.configuration(b) for b in self.space.baselines]
         final = self.evaluate("final common pool", finalists, qids)
-        final.effects = pools[-1].effects if final.effects is None else final.effects
         return SearchResult("staged", [*pools, final], final.winner)
 
     def racing(self, qids: Sequence[str]) -> SearchResult:
