@@ -384,3 +384,19 @@ def test_select_end_to_end_with_the_default_local_model(tmp_path: Path, monkeypa
     again = json.loads((tmp_path / "again" / "report.json").read_text(encoding="utf-8"))
     assert again["judge_llm"]["cache_misses"] == 0 or again["judge_llm"]["failures"] > 0
     assert again["chosen"] == report["chosen"] or again["judge_llm"]["failures"] > 0
+
+
+def test_a_built_benchmark_folder_gives_queries_and_corpus(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A folder written by `convrag build` (StratRAG here): its queries config and its corpus config; the qrels
+    are never read."""
+    built = tmp_path / "stratrag"
+    assert main(["build", "stratrag", "--source", str(HOTPOT), "--out", str(built)]) == 0
+    turns = read_turns(built)
+    assert len(turns) == 30 and turns[0].qid == "val_000000" and turns[0].query.startswith("Were Scott Derrickson")
+    assert len(read_corpus(built)) == 450
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump(SPACE), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["select", "--space", str(space), "--queries", str(built), "--out", str(tmp_path / "o"),
+                 "--dry-run", "--max-queries", "5"]) == 0
+    assert "450 documents, 5 queries" in capsys.readouterr().out
