@@ -64,6 +64,9 @@ OPTION_KEYS = {
     "reranker": {"kind", "window", "stride", "depth", "doc_chars", "path", "batch_size", "model", "cost"},
 }
 KINDS = {"rewriter": ("none", "llm"), "reranker": ("none", "llm", "cross-encoder")}
+#: integer option keys and their least value
+INTEGERS = {"chunk_size": 1, "chunk_overlap": 0, "n": 1, "size": 1, "stride": 1, "min_chars": 0, "max_chars": 1,
+            "n_queries": 1, "depth_each": 1, "rrf_k": 0, "window": 2, "depth": 1, "doc_chars": 1, "batch_size": 1}
 BEST = "best@"
 
 
@@ -196,6 +199,17 @@ def _number(value: Any, where: str, source: str, *, least: float, integer: bool 
     return value
 
 
+def _retrieval(params: Mapping[str, Any], where: str, source: str) -> None:
+    from convrag.retrievers.registry import RETRIEVERS
+
+    spec = params.get("retriever")
+    if not isinstance(spec, str) or spec.partition(":")[0].strip().lower() not in RETRIEVERS:
+        raise SpaceError(f"{source}: {where}.retriever must name a retriever spec ({', '.join(RETRIEVERS)}), "
+                         f"got {spec!r}")
+    if not isinstance(params.get("options", {}), Mapping):
+        raise SpaceError(f"{source}: {where}.options must be a mapping of retriever options")
+
+
 def _options(dim: str, raw: Any, source: str) -> dict[str, Option]:
     if raw is None:
         name, params = DEFAULT_OPTION[dim]
@@ -211,14 +225,16 @@ def _options(dim: str, raw: Any, source: str) -> dict[str, Option]:
         params = _mapping(params, where, source)
         _unknown(params, OPTION_KEYS[dim], where, source)
         cost = float(_number(params.pop("cost", position), f"{where}.cost", source, least=0, integer=False))
+        for key in set(params) & set(INTEGERS):
+            _number(params[key], f"{where}.{key}", source, least=INTEGERS[key])
         if dim in KINDS:
             kind = params.setdefault("kind", "none" if not params else "llm")
             if kind not in KINDS[dim]:
                 raise SpaceError(f"{source}: {where}.kind must be one of {', '.join(KINDS[dim])}, got {kind!r}")
             if kind == "cross-encoder" and not params.get("path"):
                 raise SpaceError(f"{source}: {where}: a cross-encoder reranker needs 'path' (a local model folder)")
-        if dim == "retrieval" and not isinstance(params.get("retriever"), str):
-            raise SpaceError(f"{source}: {where}.retriever must name a retriever spec (e.g. bm25, dense, rrf)")
+        if dim == "retrieval":
+            _retrieval(params, where, source)
         if dim == "chunking":
             params.setdefault("strategy", "original")
         out[name] = Option(dim, name, params, cost)
