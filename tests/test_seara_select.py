@@ -287,13 +287,20 @@ def test_select_command_end_to_end(hotpot: dict, tmp_path: Path, monkeypatch: py
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     assert chosen["configuration"] == report["chosen"] and chosen["configuration"] in printed
     assert chosen["dimensions"]["retrieval"] in ("bm25", "bm25s")
+    board = json.loads((out / "leaderboard.json").read_text(encoding="utf-8"))
+    # judge calls per row: the unique judgments its own lists need, at most 30 queries x depth 10
+    assert all(0 < row["judge_calls"] <= 300 for row in board["rows"])
+    assert board["pool_signature"] == report["pools"][-1]["signature"]
     assert report["judge_totals"]["pools"] == 4 and report["queries"] == 30
     # the combine stage is a 2 x 2 factorial (and the final pool is one too when its finalists cover the four
     # cells, which it then takes): its effects drive the interaction plot
     factorial = report["factorial"]
     assert factorial["pool"] in ("stage combine", "final common pool")
     assert set(factorial["levels"]) == {"chunking", "retrieval"}
-    assert factorial["main_effects"]["retrieval"]["random"] < 0
+    for factor, (first, second) in factorial["levels"].items():  # an effect is against the factor's first level
+        means = factorial["means"][factor]
+        assert factorial["main_effects"][factor] == {second: means[second] - means[first]}
+    assert list(factorial["interactions"]) == ["chunking x retrieval"]
     assert (out / "interaction.png").read_bytes()[:4] == b"\x89PNG"
     # the malformed first reply is a counted failure, never a grade: its query is left out of the first pool
     first = report["pools"][0]

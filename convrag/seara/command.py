@@ -50,7 +50,7 @@ def write_pool(folder: Path, result: Any, space: Any, qrels: bool = True) -> Non
 
     folder.mkdir(parents=True, exist_ok=True)
     costs = {c.name: space.cost(c) for c in result.configurations}
-    write_leaderboard(folder, result.scores, bootstrap=result.boot, costs=costs)
+    write_leaderboard(folder, result.scores, bootstrap=result.boot, costs=costs, judge_calls=result.judge_calls())
     plot_pr_curves(folder / "pr_curves.png", _curves(result), f"SEARA {result.label}", result.pseudo.signature)
     if qrels:
         write_pseudo_qrels(result.pseudo, folder)
@@ -182,7 +182,7 @@ def run_command(args: argparse.Namespace) -> int:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    print(leaderboard(final.scores, bootstrap=final.boot, costs=costs))
+    print(leaderboard(final.scores, bootstrap=final.boot, costs=costs, judge_calls=final.judge_calls()))
     print(f"\nChosen: {chosen.name} ({final.pick.reason})")
     print(f"Judge: {totals['pools']} pools, {totals['unique']:,} unique judgments, {judge.report.summary()}")
     print(f"Wrote {out}/leaderboard.md, chosen.yaml, pr_curves.png, pools/ and report.json")

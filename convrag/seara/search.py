@@ -50,6 +50,13 @@ class PoolResult:
     failed_queries: list[str] = field(default_factory=list)
     effects: dict[str, Any] | None = None
 
+    def judge_calls(self) -> dict[str, int]:
+        """Per configuration, the unique judgments (judging keys) its own top-K lists need: what judging it
+        alone would cost; the pool judges the union once."""
+        key = {(j.query_id, j.chunk_id): j.key for j in self.pseudo.judgments}
+        return {name: len({key[(q, c)] for q, ids in self.pool.runs[name].items() for c in ids})
+                for name in self.scores}  # fmt: skip
+
     @property
     def winner(self) -> Configuration:
         return next(c for c in self.configurations if c.name == self.pick.winner)
