@@ -20,15 +20,16 @@ files) and of each plain-loop step, load average, and peak RSS of this process a
 children (``getrusage``) plus the peak summed RSS of all descendants sampled with psutil every 0.2 s
 (datatrove's workers are children of its forkserver, so ``RUSAGE_CHILDREN`` misses them).
 
-Cost: ``--minhash-mode verified`` (the stage's default) checks every LSH candidate with an exact Jaccard
-(recomputing the candidate's shingles); its bands (42 x 3) make about 0.4% of the kept chunks candidates of
-each query here (0.9% on MTRAG's cited passages), so dedup time grows with the square of the corpus: 17 s at
-2,000 documents, about 26 minutes per setup at 20,000 and 11 hours at 100,000. ``authors`` mode is linear:
-about 50 documents/s per setup on 2 shared cores (20,000 documents: 20 minutes for the three setups).
+Cost: ``--minhash-mode verified`` (the stage's default) screens every LSH candidate by its MinHash estimate and
+checks the likely ones with an exact Jaccard (``minhash_dedup.confirmed``, shared by the stage and the plain
+loop); its bands (42 x 3) make about 0.4% of the kept chunks candidates of each query here, and the screen keeps
+the exact checks to the few likely pairs (before it, dedup grew with the square of the corpus: 17 s at 2,000
+documents, on course for 11 hours at 100,000). ``authors`` mode checks nothing. ``--reuse DIR`` times the plain
+loop again over a finished work folder and compares it with the engine runs recorded there.
 Not a test; run it by hand:
 
     python benchmarks/bench_curation.py [--docs 100000] [--files 8] [--seed 0] [--out DIR] [--skip-plain]
-        [--minhash-mode verified|authors]
+        [--minhash-mode verified|authors] [--reuse DIR]
 """
 
 from __future__ import annotations
@@ -59,10 +60,9 @@ from convrag.synthesis.chunking import Chunker
 from convrag.synthesis.corpus_source import corpus_files, iter_file
 from convrag.synthesis.curate import Curate
 from convrag.synthesis.engine import Pipeline
-from convrag.synthesis.minhash_dedup import MODES, recall_bands, signature
+from convrag.synthesis.minhash_dedup import MODES, confirmed, recall_bands, signature
 from convrag.synthesis.quality import HeuristicScorer
 from convrag.synthesis.shards import shard_files
-from convrag.synthesis.text import jaccard, shingles
 
 HOTPOT = Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpotqa" / "hotpot_dev_distractor_v1.first30.json"
 ONSETS = ("b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "z", "br", "ch",
@@ -209,6 +209,23 @@ class Result:
     descendants_peak: int = 0
 
 
+def engine_result(out: Path, label: str) -> Result:
+    """A finished engine setup read back from its folder (``--reuse``): report, kept ids, phase times."""
+    report = json.loads((out / "curate" / "report.json").read_text(encoding="utf-8"))
+    shards = shard_files(out / "curate" / "corpus")
+    kept = {i for p in shards for i in pq.read_table(p, columns=["_id"]).column(0).to_pylist()}
+    return Result(label, report["seconds"], report["records_in"], int(report["figures"]["chunks"]), kept,
+                  dict(report["dropped"]), _phases(out))
+
+
+def _phases(out: Path) -> dict[str, float]:
+    phases = {}
+    for logs in sorted((out / "curate" / "_datatrove").iterdir(), key=lambda p: (p / "executor.json").stat().st_mtime):
+        began, ended = (logs / "executor.json").stat().st_mtime, (logs / "stats.json").stat().st_mtime
+        phases[logs.name.split("-")[0]] = ended - began
+    return phases
+
+
 def run_engine(src: Path, out: Path, tasks: int, workers: int, mode: str) -> Result:
     """Time the Curate stage through the engine; phase times from the datatrove log folders' file times."""
     stage = Curate(str(src), tasks=tasks, workers=workers, minhash_mode=mode)
@@ -218,12 +235,8 @@ def run_engine(src: Path, out: Path, tasks: int, workers: int, mode: str) -> Res
         seconds = time.perf_counter() - start
     shards = shard_files(out / "curate" / "corpus")
     kept = {i for p in shards for i in pq.read_table(p, columns=["_id"]).column(0).to_pylist()}
-    phases = {}
-    for logs in sorted((out / "curate" / "_datatrove").iterdir(), key=lambda p: (p / "executor.json").stat().st_mtime):
-        began, ended = (logs / "executor.json").stat().st_mtime, (logs / "stats.json").stat().st_mtime
-        phases[logs.name.split("-")[0]] = ended - began
     return Result(f"engine {tasks}x{workers}", seconds, report.records_in, int(report.figures["chunks"]), kept,
-                  dict(report.dropped), phases, sampled["cpu"], int(sampled["peak_rss"]))
+                  dict(report.dropped), _phases(out), sampled["cpu"], int(sampled["peak_rss"]))
 
 
 def run_plain(src: Path, out: Path, mode: str) -> Result:
@@ -231,7 +244,8 @@ def run_plain(src: Path, out: Path, mode: str) -> Result:
 
     Near-duplicates as the stage's ``minhash_mode``: ``authors``, any LSH candidate among the kept chunks
     matches; ``verified``, recall-tuned bands and a candidate matches when the exact Jaccard of the shingle
-    sets is >= 0.5 (kept texts held in memory, candidates' shingles recomputed, as the stage does)."""
+    sets is >= 0.5, after the stage's MinHash-estimate screen (``minhash_dedup.confirmed``, the stage's own
+    function; kept texts and signatures held in memory, candidates' shingles recomputed)."""
     times: Counter[str] = Counter()
     clock = [time.perf_counter()]
 
@@ -245,6 +259,7 @@ def run_plain(src: Path, out: Path, mode: str) -> Result:
     verify = mode == "verified"
     lsh = MinHashLSH(threshold=0.5, num_perm=128, params=recall_bands(128, 0.5) if verify else None)
     texts: dict[str, str] = {}
+    sigs: dict[str, np.ndarray] = {}
     dropped: Counter[str] = Counter()
     kept: set[str] = set()
     documents = chunks = 0
@@ -273,8 +288,7 @@ def run_plain(src: Path, out: Path, mode: str) -> Result:
                 lap("signature")
                 hits = lsh.query(minhash)
                 if hits and verify:
-                    own = shingles(chunk)
-                    hits = [h for h in hits if jaccard(own, shingles(texts[h])) >= 0.5]
+                    hits = confirmed(hits, minhash.hashvalues, chunk, sigs, texts)
                 if hits:
                     dropped["near_duplicate"] += 1
                     lap("near-duplicates")
@@ -282,6 +296,7 @@ def run_plain(src: Path, out: Path, mode: str) -> Result:
                 lsh.insert(chunk_id, minhash)
                 if verify:
                     texts[chunk_id] = chunk
+                    sigs[chunk_id] = minhash.hashvalues
                 lap("near-duplicates")
                 cols = scorer.score([chunk])[0]
                 reason = scorer.verdict(cols)
@@ -339,7 +354,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="work folder (new or empty; default a temp folder)")
     parser.add_argument("--skip-plain", action="store_true", help="time the engine only")
     parser.add_argument("--minhash-mode", choices=MODES, default="verified", help="the stage's minhash_mode")
+    parser.add_argument("--reuse", type=Path, default=None,
+                        help="a finished work folder: keep its corpus and engine runs (their recorded seconds), time "
+                             "only the plain loop again (CPU s and RSS of the engine runs are then not shown)")
     args = parser.parse_args()
+    if args.reuse is not None:
+        reuse(args.reuse, args.minhash_mode)
+        return
     if args.out is not None and args.out.exists() and any(args.out.iterdir()):
         raise SystemExit(f"--out {args.out}: not empty; give a new or empty folder")
     work = args.out or Path(tempfile.mkdtemp(prefix="bench_curation_"))
@@ -371,6 +392,29 @@ def main() -> None:
         print(f"{results[-1].label}: {results[-1].seconds:.1f} s", flush=True)
         memory(results[-1].label, 0)
 
+    report(results, args.skip_plain)
+    if args.out is None:
+        shutil.rmtree(work)
+
+
+def reuse(work: Path, mode: str) -> None:
+    """``--reuse``: the plain loop again over ``work``'s corpus, compared with its recorded engine runs."""
+    results = [engine_result(work / f"engine-8x{w}", f"engine 8x{w}") for w in (1, 2)]
+    for r in results:
+        print(f"{r.label}: {r.seconds:.1f} s (recorded in {work})")
+    shutil.rmtree(work / "plain", ignore_errors=True)
+    HeuristicScorer().score(["Warm-up text for the word tokenizer of the quality rules."])
+    Chunker().split("warm up")
+    print(f"plain loop over {work / 'corpus'} (minhash_mode={mode}); load average (1 min) {os.getloadavg()[0]:.2f}",
+          flush=True)
+    results.append(run_plain(work / "corpus", work / "plain", mode))
+    print(f"{results[-1].label}: {results[-1].seconds:.1f} s", flush=True)
+    memory(results[-1].label, 0)
+    report(results, False)
+
+
+def report(results: list[Result], skip_plain: bool) -> None:
+    """Agreement, the speed table and the time breakdown of the setups (the plain loop last unless skipped)."""
     base = results[-1]
     print(f"\nagreement (against {base.label}):")
     agree = [compare(base, other) for other in results[:-1]]
@@ -379,7 +423,7 @@ def main() -> None:
     if not all(agree):
         print("  !!! THE SETUPS DISAGREE (see MISMATCH above) !!!")
 
-    plain = None if args.skip_plain else results[-1]
+    plain = None if skip_plain else results[-1]
     print(f"\n{'setup':12s} {'seconds':>8s} {'docs/s':>7s} {'chunks/s':>8s} {'vs plain':>8s} {'2w vs 1w':>8s} "
           f"{'CPU s':>7s} {'CPU/wall':>8s}")  # fmt: skip
     for r in results:
@@ -394,8 +438,6 @@ def main() -> None:
     for r in results:
         print(f"  {r.label:12s} " + ", ".join(f"{k} {v:.1f}" for k, v in r.phases.items()))
     memory("all runs", 0)
-    if args.out is None:
-        shutil.rmtree(work)
 
 
 if __name__ == "__main__":

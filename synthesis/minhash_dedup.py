@@ -27,6 +27,7 @@ one task (``GreedyMinhashDedup``) that holds only the LSH bands of kept chunks a
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +45,7 @@ from convrag.synthesis.text import jaccard, shingles
 
 DROPS_FILE = "near_duplicates.parquet"
 MODES = ("verified", "authors")
-#: Candidates whose MinHash estimate is this far below the threshold skip the exact check (see _confirmed).
+#: Candidates whose MinHash estimate is this far below the threshold skip the exact check (see confirmed).
 PREFILTER_MARGIN = 0.15
 #: datasketch 2's default MinHash scheme: 32-bit affine permutations, stored as uint32.
 SCHEME = "affine32"
@@ -54,6 +55,25 @@ def recall_bands(num_perm: int, threshold: float) -> tuple[int, int]:
     """(bands, rows) of the verified mode: 3 rows per band (2 below a 0.5 threshold), as many bands as fit."""
     rows = 3 if threshold >= 0.5 else 2
     return num_perm // rows, rows
+
+
+def confirmed(hits: Iterable[str], values: np.ndarray, text: str, sigs: Mapping[str, np.ndarray],
+              texts: Mapping[str, str], threshold: float = 0.5, ngram: int = 5) -> list[str]:
+    """The LSH candidates ``hits`` whose exact shingle Jaccard with ``text`` is >= ``threshold`` (verified mode).
+
+    Candidates are first screened by their MinHash Jaccard estimate (the share of equal signature values against
+    ``values``, their signatures in ``sigs``): an estimate below ``threshold - PREFILTER_MARGIN`` cannot come from a
+    pair at the threshold except with probability ~1e-4 (the estimate's standard deviation is 0.044 at J = 0.5
+    with 128 permutations), so the exact check (on ``texts``) runs only on likely near-duplicates."""
+    cands = sorted(hits)
+    if not cands:
+        return []
+    estimates = (np.stack([sigs[h] for h in cands]) == values).mean(axis=1)
+    likely = [h for h, e in zip(cands, estimates, strict=True) if e >= threshold - PREFILTER_MARGIN]
+    if not likely:
+        return []
+    own = shingles(text, ngram)
+    return [h for h in likely if jaccard(own, shingles(texts[h], ngram)) >= threshold]
 
 
 def signature(text: str, num_perm: int = 128, seed: int = 1, ngram: int = 5) -> MinHash:
@@ -123,7 +143,7 @@ class GreedyMinhashDedup(PipelineStep):
                                 scheme=SCHEME)
                 hits = lsh.query(m)
                 if hits and self.verify:
-                    hits = self._confirmed(hits, m.hashvalues, row["text"], sigs, texts)
+                    hits = confirmed(hits, m.hashvalues, row["text"], sigs, texts, self.threshold, self.ngram)
                 if hits:
                     drops.append({"_id": chunk_id, "duplicate_of": min(hits)})
                     self.stat_update("dropped:near_duplicate")
@@ -140,24 +160,6 @@ class GreedyMinhashDedup(PipelineStep):
         write_table_atomic(out / DROPS_FILE, table)
         return
         yield
-
-    def _confirmed(self, hits: set[str], values: np.ndarray, text: str, sigs: dict[str, np.ndarray],
-                   texts: dict[str, str]) -> list[str]:
-        """The LSH candidates whose exact shingle Jaccard with ``text`` is >= the threshold.
-
-        Candidates are first screened by their MinHash Jaccard estimate (the share of equal signature
-        values): an estimate below ``threshold - PREFILTER_MARGIN`` cannot come from a pair at the threshold
-        except with probability ~1e-4 (the estimate's standard deviation is 0.044 at J = 0.5 with 128
-        permutations), so the exact check runs only on likely near-duplicates.
-        """
-        cands = sorted(hits)
-        estimates = (np.stack([sigs[h] for h in cands]) == values).mean(axis=1)
-        likely = [h for h, e in zip(cands, estimates, strict=True) if e >= self.threshold - PREFILTER_MARGIN]
-        if not likely:
-            return []
-        own = shingles(text, self.ngram)
-        return [h for h in likely if jaccard(own, shingles(texts[h], self.ngram)) >= self.threshold]
-
 
 class DropListed(PipelineStep):
     """datatrove filter: drop the chunks listed in ``near_duplicates.parquet`` (counted as near_duplicate)."""

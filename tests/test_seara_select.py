@@ -100,8 +100,9 @@ def test_space_defaults_costs_grid_and_exclusions() -> None:
                                                                 "b": {"retriever": "bm25s", "cost": 0.5}}}}, "s")
     assert priced.baseline["retrieval"] == "a"
     assert [priced.cost(c) for c in priced.full_grid()] == [5, 0.5]
-    reranker = parse_space({"dimensions": {"reranker": {"none": {}, "llm": {"window": 20}}}}, "s")
-    assert reranker.option("reranker", "llm").kind == "llm" and reranker.option("reranker", "none").kind == "none"
+    reranker = parse_space({"dimensions": {"reranker": {"none": {}, "llm": {"window": 20}, "ce": {"path": "/m"}}}},
+                           "s")
+    assert [o.kind for o in reranker.options["reranker"].values()] == ["none", "llm", "cross-encoder"]
 
 
 @pytest.mark.parametrize("data, message", [
@@ -126,6 +127,15 @@ def test_space_defaults_costs_grid_and_exclusions() -> None:
      "search.stages[0].vary.retrieval: 'best@later' names no earlier stage"),
     ({**SPACE, "search": {"strategy": "racing", "racing": {"start": 0}}}, "0 < start <= 1"),
     ({**SPACE, "judge": {"level": 4}}, "judge.level must be 1, 2 or 3"),
+    ({**SPACE, "judge": {"max_judgments": "20k"}}, "judge.max_judgments must be an integer >= 1, got '20k'"),
+    ({**SPACE, "search": {"strategy": "racing", "racing": {"start": "25%"}}}, "search.racing.start must be a number"),
+    ({"dimensions": {"chunking": {"f": {"strategy": "fixed", "chunk_size": 512}}}},
+     "dimensions.chunking.f: chunking 'fixed': unknown parameter(s) ['chunk_size']"),
+    ({"dimensions": {"chunking": {"r": {"strategy": "recursve"}}}}, "unknown chunking strategy 'recursve'"),
+    ({"dimensions": {"retrieval": {"b": {"retriever": "bm25", "options": {"k_1": 1.2}}}}},
+     "dimensions.retrieval.b: "),
+    ({"dimensions": {"reranker": {"x": {"kind": "llm", "window": 10, "stride": 20}}}}, "stride must be at most window"),
+    ({"dimensions": {"reranker": {"x": {"kind": "llm", "path": "/m"}}}}, "'path' is for kind cross-encoder"),
 ])
 def test_space_errors_name_the_file_and_key(data: dict, message: str) -> None:
     with pytest.raises(SpaceError) as err:
@@ -207,7 +217,9 @@ def test_staged_search_with_an_oracle_picks_the_true_best_in_a_common_final_pool
     # the oracle and depth-10 lists: pooled recall is over the pooled relevant chunks, so R'@K <= 1
     assert all(0 < s["recall_at_k"] <= 1 for s in final.scores.values())
     totals = found.judge_totals()
-    assert totals["pools"] == 3 and totals["unique"] == sum(p.pseudo.summary()["unique"] for p in found.pools)
+    # unique judgments over the whole search: the final pool re-uses the stage pools' pairs
+    assert totals["pools"] == 3 and totals["unique"] == len({j.key for p in found.pools for j in p.pseudo.judgments})
+    assert totals["unique"] < sum(p.pseudo.summary()["unique"] for p in found.pools)
 
 
 def test_grid_and_racing(hotpot: dict) -> None:
@@ -224,6 +236,8 @@ def test_grid_and_racing(hotpot: dict) -> None:
     assert [r["queries"] for r in found.rounds] == [8, 16, 30]
     dropped = [name for r in found.rounds for name in r["dropped"]]
     assert "original/none/random/none/none" in dropped
+    # nothing is dropped on fewer than min_scored (10) scored queries, nor after the last round
+    assert found.rounds[0]["dropped"] == [] and found.rounds[0]["scored"] < 10 and found.rounds[-1]["dropped"] == []
     assert found.final.query_ids and len(found.final.query_ids) == 30
     assert found.chosen.get("retrieval") in ("bm25", "bm25s")
     # queries are a seeded shuffle: the first round's queries are not simply the first 8 of the file
@@ -306,7 +320,9 @@ def test_select_command_end_to_end(hotpot: dict, tmp_path: Path, monkeypatch: py
     first = report["pools"][0]
     assert first["judgments"]["failed_pairs"] == 1 and first["judgments"]["failures"] == {"unparseable": 1}
     assert len(first["failed_queries"]) == 1 and report["judge_totals"]["failed_pairs"] == 1
-    assert report["judge_llm"]["calls"] == report["judge_totals"]["unique"]
+    # no cache in this test: every pool asks for its own unique pairs; with a cache the union would be asked once
+    assert report["judge_llm"]["calls"] == sum(p["judgments"]["unique"] for p in report["pools"])
+    assert report["judge_totals"]["unique"] < report["judge_llm"]["calls"]
     assert "PR-AUC micro" in printed and "Chosen:" in printed and "Judge: 4 pools" in printed
 
 

@@ -60,7 +60,8 @@ class Runner:
             counts = self.chunking_reports[chunking] = ChunkingReport()
             made = chunk_documents(self.docs, str(option.params["strategy"]), report=counts, **params)
             rule = self.space.option("filter", filter_name).params
-            kept, dropped = filter_chunks(made, **rule) if rule else (made, 0)
+            bounds = {"min_chars": int(rule.get("min_chars", 0)), "max_chars": rule.get("max_chars")}
+            kept, dropped = filter_chunks(made, **bounds) if rule else (made, 0)
             if not kept:
                 raise ConvragError(f"chunking {chunking!r} with filter {filter_name!r} leaves no chunk to retrieve")
             self._chunks[key] = {c.chunk_id: c for c in kept}

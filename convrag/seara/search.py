@@ -12,11 +12,16 @@ reranker for cost; :func:`convrag.seara.stats.pick`).
 * ``staged`` (paper Table 2): each stage varies some dimensions over the running best and is judged in its own
   pool; its winner sets those dimensions for later stages. Stage scores are not comparable across pools, so the
   winners and runners-up of all stages, the baseline and ``baselines`` are re-scored in one final common pool,
-  which chooses. The last stage's factorial (two or more varied dimensions) gets main effects and an
-  interaction plot.
+  which chooses.
 * ``racing``: successive halving over queries: all configurations on a seeded ``start`` share of the queries,
   then configurations whose CI upper bound is below the leader's lower bound are dropped and the query set grows
-  by ``factor``, until all queries are used; the last round (all queries, the survivors) chooses.
+  by ``factor``, until all queries are used; the last round (all queries, the survivors) chooses. Nothing is
+  dropped in a round with fewer than ``min_scored`` scored queries (a bootstrap over a handful of queries has
+  near-zero-width intervals) or with none at all (that round is skipped).
+
+Main effects and the interaction plot come from the last pool whose configurations form a full factorial of
+two or more varied dimensions over all queries (:attr:`SearchResult.factorial`): the final pool when it is one,
+else the latest stage that is; racing rounds on part of the queries never count.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from convrag.metrics.pr_auc.compute import score_chunks
 from convrag.seara.judge import PseudoQrels, judge_pool
 from convrag.seara.pool import Pool, build_pool
 from convrag.seara.runner import Runner
-from convrag.seara.space import BEST, DIMENSIONS, Configuration, Space
+from convrag.seara.space import BEST, DIMENSIONS, Configuration, Space, SpaceError
 from convrag.seara.stats import SelectionError, bootstrap, factorial_effects, pick
 
 
@@ -77,17 +82,18 @@ class SearchResult:
 
     @property
     def factorial(self) -> PoolResult | None:
-        """The pool whose full factorial gives the interaction plot: the final pool if its configurations form one,
-        else the last stage that does (None when no pool does)."""
-        return next((p for p in reversed(self.pools) if p.effects is not None), None)
+        """The pool whose full factorial gives the interaction plot (module docstring), or None."""
+        return next((p for p in reversed(self.pools) if p.effects is not None
+                     and len(p.query_ids) == len(self.final.query_ids)), None)  # fmt: skip
 
     def judge_totals(self) -> dict[str, Any]:
-        """Judge calls, cache hits, failures, tokens and cost summed over every pool of the search."""
-        total: dict[str, Any] = {"pools": len(self.pools), "pairs": 0, "unique": 0, "failed_pairs": 0}
+        """Judge calls, cache hits, failures, tokens and cost summed over every pool of the search; ``pairs`` and
+        ``failed_pairs`` summed per pool, ``unique`` the distinct judging keys over all pools."""
+        total: dict[str, Any] = {"pools": len(self.pools), "pairs": 0, "failed_pairs": 0,
+                                 "unique": len({j.key for p in self.pools for j in p.pseudo.judgments})}
         for p in self.pools:
             s = p.pseudo.summary()
             total["pairs"] += s["pairs"]
-            total["unique"] += s["unique"]
             total["failed_pairs"] += s["failed_pairs"]
             for key, value in (s.get("llm") or {}).items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -119,6 +125,9 @@ class Searcher:
                             concurrency=int(self.space.judge["concurrency"]), echo=self._say, cutoff=level)  # fmt: skip
         failed = sorted({j.query_id for j in pseudo.failed})
         scored = [q for q in qids if q not in failed]
+        if not scored:
+            raise SelectionError(f"[{label}] every query has a failed judgment ({len(pseudo.failed)} failed pairs, "
+                                 f"{pseudo.failures}): nothing can be scored; check the judge")
         qrels = {q: pseudo.qrels.get(q, {}) for q in scored}
         kept = {name: {q: run[q] for q in scored} for name, run in runs.items()}
         scores = {name: score_chunks(run, qrels, k=k, relevance_level=level, pool_signature=pseudo.signature)
@@ -164,7 +173,8 @@ class Searcher:
             vary = {d: self._values(names, d, winners) for d, names in stage.vary.items()}
             configs = self.space.grid(vary, best)
             if not configs:
-                raise ValueError(f"stage {stage.name!r}: every configuration is excluded by the space's 'exclude'")
+                raise SpaceError(f"{self.space.source}: stage {stage.name!r}: every configuration is excluded by "
+                                 "'exclude' (given the earlier stages' winners)")
             result = self.evaluate(f"stage {stage.name}", configs, qids)
             pools.append(result)
             winners[stage.name] = result.winner
@@ -173,7 +183,7 @@ class Searcher:
             ranked = [result.pick.winner] + [n for n in by_point if n != result.pick.winner]
             finalists += [c for n in ranked[: self.space.keep_per_stage] for c in configs if c.name == n]
         finalists += [self.space.configuration(b) for b in self.space.baselines]
-        final = self.evaluate("final common pool", finalists, qids)
+        final = self.evaluate("final common pool", [c for c in finalists if not self.space.excluded(c)], qids)
         return SearchResult("staged", [*pools, final], final.winner)
 
     def racing(self, qids: Sequence[str]) -> SearchResult:
@@ -184,14 +194,26 @@ class Searcher:
         pools: list[PoolResult] = []
         rounds: list[dict[str, Any]] = []
         while True:
-            result = self.evaluate(f"racing round {len(pools) + 1}", alive, order[:n])
+            label = f"racing round {len(rounds) + 1}"
+            last = n >= len(order)
+            try:
+                result = self.evaluate(label, alive, order[:n])
+            except SelectionError as err:  # no scorable query in this subset: keep everyone, grow the subset
+                if last:
+                    raise
+                rounds.append({"round": len(rounds) + 1, "queries": n, "configurations": len(alive), "dropped": [],
+                               "skipped": str(err)})  # fmt: skip
+                n = min(len(order), math.ceil(n * self.space.racing["factor"]))
+                continue
             pools.append(result)
-            bounds = {c.name: result.boot.ci(c.name) for c in alive}
-            leader = max(bounds, key=lambda name: (bounds[name][0], name))
-            keep = [c for c in alive if bounds[c.name][1] >= bounds[leader][0]]
-            rounds.append({"round": len(pools), "queries": n, "configurations": len(alive),
-                           "dropped": [c.name for c in alive if c not in keep]})  # fmt: skip
-            if n >= len(order):
+            keep = alive
+            if not last and len(result.boot.query_ids) >= self.space.racing["min_scored"]:
+                bounds = {c.name: result.boot.ci(c.name) for c in alive}
+                leader = max(bounds, key=lambda name: (bounds[name][0], name))
+                keep = [c for c in alive if bounds[c.name][1] >= bounds[leader][0]]
+            rounds.append({"round": len(rounds) + 1, "queries": n, "scored": len(result.boot.query_ids),
+                           "configurations": len(alive), "dropped": [c.name for c in alive if c not in keep]})
+            if last:
                 break
             alive = keep
             n = min(len(order), math.ceil(n * self.space.racing["factor"]))

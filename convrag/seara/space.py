@@ -29,7 +29,7 @@ Schema (every key but ``dimensions`` optional; an absent dimension has the singl
       baselines: [{retrieval: bm25}]        # always in the final pool
       bootstrap: 1000
       alpha: 0.05
-      racing: {start: 0.25, factor: 2}
+      racing: {start: 0.25, factor: 2, min_scored: 10}   # no drop while fewer queries are scored
 
 Cost (the cheaper-wins tie-break): an option's ``cost`` key, else its position in its dimension's listing (the
 first listed costs 0); a configuration's cost is the sum over its dimensions. Every error names the file and
@@ -57,7 +57,7 @@ TOP_KEYS = {"depth", "seed", "queries", "judge", "dimensions", "baseline", "excl
 SEARCH_KEYS = {"strategy", "stages", "keep_per_stage", "baselines", "bootstrap", "alpha", "racing"}
 JUDGE_KEYS = {"model", "level", "max_judgments", "max_cost_usd", "concurrency"}
 OPTION_KEYS = {
-    "chunking": {"strategy", "chunk_size", "chunk_overlap", "n", "size", "stride", "cost"},
+    "chunking": {"strategy", "chunk_size", "chunk_overlap", "separators", "n", "size", "stride", "cost"},
     "filter": {"min_chars", "max_chars", "cost"},
     "retrieval": {"retriever", "options", "cost"},
     "rewriter": {"kind", "n_queries", "depth_each", "rrf_k", "model", "cost"},
@@ -206,8 +206,15 @@ def _retrieval(params: Mapping[str, Any], where: str, source: str) -> None:
     if not isinstance(spec, str) or spec.partition(":")[0].strip().lower() not in RETRIEVERS:
         raise SpaceError(f"{source}: {where}.retriever must name a retriever spec ({', '.join(RETRIEVERS)}), "
                          f"got {spec!r}")
-    if not isinstance(params.get("options", {}), Mapping):
+    options = params.get("options", {})
+    if not isinstance(options, Mapping):
         raise SpaceError(f"{source}: {where}.options must be a mapping of retriever options")
+    from convrag.retrievers import get_retriever
+
+    try:  # constructing builds no index and loads no model: it checks the option names and values
+        get_retriever(spec, **dict(options))
+    except (ConvragError, TypeError, ValueError) as err:
+        raise SpaceError(f"{source}: {where}: {err}") from None
 
 
 def _options(dim: str, raw: Any, source: str) -> dict[str, Option]:
@@ -228,15 +235,26 @@ def _options(dim: str, raw: Any, source: str) -> dict[str, Option]:
         for key in set(params) & set(INTEGERS):
             _number(params[key], f"{where}.{key}", source, least=INTEGERS[key])
         if dim in KINDS:
-            kind = params.setdefault("kind", "none" if not params else "llm")
+            implied = "none" if not params else "cross-encoder" if "path" in params else "llm"
+            kind = params.setdefault("kind", implied)
             if kind not in KINDS[dim]:
                 raise SpaceError(f"{source}: {where}.kind must be one of {', '.join(KINDS[dim])}, got {kind!r}")
             if kind == "cross-encoder" and not params.get("path"):
                 raise SpaceError(f"{source}: {where}: a cross-encoder reranker needs 'path' (a local model folder)")
+            if kind != "cross-encoder" and "path" in params:
+                raise SpaceError(f"{source}: {where}: 'path' is for kind cross-encoder, not {kind!r}")
+            if kind == "llm" and int(params.get("stride", 10)) > int(params.get("window", 20)):
+                raise SpaceError(f"{source}: {where}: stride must be at most window")
         if dim == "retrieval":
             _retrieval(params, where, source)
         if dim == "chunking":
+            from convrag.seara.chunking import resolve_params
+
             params.setdefault("strategy", "original")
+            try:
+                resolve_params(str(params["strategy"]), {k: v for k, v in params.items() if k != "strategy"})
+            except ConvragError as err:
+                raise SpaceError(f"{source}: {where}: {err}") from None
         out[name] = Option(dim, name, params, cost)
     return out
 
@@ -308,6 +326,11 @@ def parse_space(data: Any, source: str = "space") -> Space:
     judge = _mapping(data.get("judge"), "judge", source)
     _unknown(judge, JUDGE_KEYS, "judge", source)
     judge = {"model": "default", "level": 2, "max_judgments": None, "max_cost_usd": None, "concurrency": 4, **judge}
+    for key, least, integer in (("max_judgments", 1, True), ("max_cost_usd", 0, False), ("concurrency", 1, True)):
+        if judge[key] is not None or key == "concurrency":
+            _number(judge[key], f"judge.{key}", source, least=least, integer=integer)
+    if not isinstance(judge["model"], str) or not judge["model"].strip():
+        raise SpaceError(f"{source}: judge.model must be an LLM spec string, got {judge['model']!r}")
     if judge["level"] not in (1, 2, 3):
         raise SpaceError(f"{source}: judge.level must be 1, 2 or 3 (the 0-3 grade counted relevant), got "
                          f"{judge['level']!r}")
@@ -317,9 +340,12 @@ def parse_space(data: Any, source: str = "space") -> Space:
     if strategy not in STRATEGIES:
         raise SpaceError(f"{source}: search.strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     stages = _stages(search.get("stages"), source, options) if strategy == "staged" else []
-    racing = {"start": 0.25, "factor": 2.0, **_mapping(search.get("racing"), "search.racing", source)}
-    _unknown(racing, {"start", "factor"}, "search.racing", source)
-    if not 0 < float(racing["start"]) <= 1 or float(racing["factor"]) <= 1:
+    racing = {"start": 0.25, "factor": 2.0, "min_scored": 10, **_mapping(search.get("racing"), "search.racing", source)}
+    _unknown(racing, {"start", "factor", "min_scored"}, "search.racing", source)
+    for key in ("start", "factor"):
+        _number(racing[key], f"search.racing.{key}", source, least=0, integer=False)
+    _number(racing["min_scored"], "search.racing.min_scored", source, least=1)
+    if not 0 < racing["start"] <= 1 or racing["factor"] <= 1:
         raise SpaceError(f"{source}: search.racing needs 0 < start <= 1 and factor > 1, got {racing}")
     baselines = search.get("baselines") or []
     if not isinstance(baselines, list):
