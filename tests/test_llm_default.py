@@ -81,7 +81,7 @@ def test_two_clients_of_one_model_never_enter_llama_cpp_at_once(tmp_path: Path,
 
 def test_long_string_bounds_do_not_crash_llama_cpp_grammar() -> None:
     """``maxLength: 1200`` in a schema made llama.cpp's grammar sampler overflow its stack (SIGSEGV, which killed
-    a CI run). The backend leaves bounds over GRAMMAR_MAX_LENGTH out of the grammar; run in a child process so
+    a CI run). The backend clamps bounds over GRAMMAR_MAX_LENGTH to it in the grammar; run in a child process so
     a regression fails this test instead of killing pytest."""
     import subprocess
     import sys
@@ -97,7 +97,9 @@ class Graded(BaseModel):
     grade: int = Field(ge=0, le=3)
 
 schema = Graded.model_json_schema()
-assert "maxLength" not in grammar_schema(schema)["properties"]["rationale"]
+assert grammar_schema(schema)["properties"]["rationale"]["maxLength"] == GRAMMAR_MAX_LENGTH
+assert grammar_schema(schema)["properties"]["grade"] == {"enum": [0, 1, 2, 3], "title": "Grade"}
+assert grammar_schema({"type": "integer", "minimum": 0}) == {"type": "integer", "minimum": 0}
 assert schema["properties"]["rationale"]["maxLength"] == 1200  # the input is not changed
 short = {"type": "string", "maxLength": GRAMMAR_MAX_LENGTH}
 assert grammar_schema(short) == short

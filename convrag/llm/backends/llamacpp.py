@@ -41,16 +41,28 @@ def _file_digest(path: Path) -> str:
 
 #: The longest string bound handed to llama.cpp's grammar. Its JSON-schema converter turns ``maxLength: n`` into n
 #: nested optional rules, and sampling walks them recursively: ``maxLength: 1200`` crashes the process (SIGSEGV)
-#: on the first token, in a worker thread. Longer bounds are left out of the grammar; the reply is still
-#: validated against the full schema afterwards (and ``max_tokens`` bounds its length).
+#: on the first token, in a worker thread. Longer bounds are clamped to this one in the grammar: a tighter bound,
+#: so every reply the grammar allows still meets the schema's ``maxLength`` (the reply is validated against the
+#: full schema afterwards), and a small model that rambles must close the string and finish the JSON within
+#: ``max_tokens`` instead of being cut off mid-string (unparseable).
 GRAMMAR_MAX_LENGTH = 512
+#: The widest integer range written as an enum in the grammar (see :func:`grammar_schema`).
+GRAMMAR_MAX_ENUM = 32
 
 
 def grammar_schema(schema: Any) -> Any:
-    """``schema`` without string-length bounds over :data:`GRAMMAR_MAX_LENGTH` (a copy; the input is unchanged)."""
+    """``schema`` as llama.cpp's grammar gets it (a copy; the input is unchanged): string-length bounds over
+    :data:`GRAMMAR_MAX_LENGTH` clamped to it, and an integer with ``minimum`` and ``maximum`` at most
+    :data:`GRAMMAR_MAX_ENUM` apart written as the ``enum`` of its values (the converter ignores integer bounds, so
+    a 0-3 grade could come back as 5 and fail validation)."""
     if isinstance(schema, dict):
-        return {k: grammar_schema(v) for k, v in schema.items()
-                if not (k in ("maxLength", "minLength") and isinstance(v, int) and v > GRAMMAR_MAX_LENGTH)}
+        low, high = schema.get("minimum"), schema.get("maximum")
+        if schema.get("type") == "integer" and isinstance(low, int) and isinstance(high, int) \
+                and 0 <= high - low <= GRAMMAR_MAX_ENUM:
+            rest = {k: v for k, v in schema.items() if k not in ("type", "minimum", "maximum")}
+            return {**rest, "enum": list(range(low, high + 1))}
+        return {k: min(v, GRAMMAR_MAX_LENGTH) if k in ("maxLength", "minLength") and isinstance(v, int)
+                else grammar_schema(v) for k, v in schema.items()}  # fmt: skip
     if isinstance(schema, list):
         return [grammar_schema(v) for v in schema]
     return schema
