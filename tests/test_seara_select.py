@@ -281,7 +281,7 @@ def test_select_command_end_to_end(hotpot: dict, tmp_path: Path, monkeypatch: py
     combine = {"name": "combine",
                "vary": {"chunking": ["original", "sent2"], "retrieval": ["best@retrieval", "random"]}}
     data = {**SPACE, "search": {**SPACE["search"], "stages": [*SPACE["search"]["stages"], combine]}}
-    space.write_text(yaml.safe_dump(data), encoding="utf-8")
+    space.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     backend = _scripted_judge(hotpot)
     monkeypatch.setattr(llm_module, "get_llm", lambda spec=None, **kw: LLM(backend, cache=False))
     out = tmp_path / "out"
@@ -328,7 +328,7 @@ def test_select_command_end_to_end(hotpot: dict, tmp_path: Path, monkeypatch: py
 
 def test_select_dry_run_and_refusals(hotpot: dict, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     space = tmp_path / "space.yaml"
-    space.write_text(yaml.safe_dump(SPACE), encoding="utf-8")
+    space.write_text(yaml.safe_dump(SPACE, sort_keys=False), encoding="utf-8")
     folder = hotpot["folder"]
     base = ["select", "--space", str(space), "--corpus", str(folder / "corpus.jsonl"), "--queries",
             str(folder / "queries.jsonl")]
@@ -355,7 +355,7 @@ def test_a_failure_mid_search_leaves_no_output(hotpot: dict, tmp_path: Path, mon
                                                capsys: pytest.CaptureFixture) -> None:
     data = {**SPACE, "judge": {"max_judgments": 100}}
     space = tmp_path / "space.yaml"
-    space.write_text(yaml.safe_dump(data), encoding="utf-8")
+    space.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     monkeypatch.setattr(llm_module, "get_llm", lambda spec=None, **kw: LLM(_scripted_judge(hotpot), cache=False))
     folder = hotpot["folder"]
     rc = main(["select", "--space", str(space), "--corpus", str(folder / "corpus.jsonl"), "--queries",
@@ -387,7 +387,7 @@ def test_select_end_to_end_with_the_default_local_model(tmp_path: Path, monkeypa
              "dimensions": {"retrieval": {"bm25": {"retriever": "bm25"}, "bm25s": {"retriever": "bm25s"}},
                             "rewriter": {"none": {}, "llm": {"kind": "llm", "n_queries": 2, "depth_each": 3}}},
              "search": {"strategy": "grid", "bootstrap": 200}}
-    (tmp_path / "space.yaml").write_text(yaml.safe_dump(space), encoding="utf-8")
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(space, sort_keys=False), encoding="utf-8")
     args = ["select", "--space", str(tmp_path / "space.yaml"), "--corpus", str(tmp_path / "docs.jsonl"),
             "--queries", str(tmp_path / "questions.txt"), "--cache", str(tmp_path / "cache"), "--no-progress"]
     assert main([*args, "--out", str(tmp_path / "out")]) == 0
@@ -423,7 +423,7 @@ def test_a_built_benchmark_folder_gives_queries_and_corpus(tmp_path: Path, capsy
     assert len(turns) == 30 and turns[0].qid == "val_000000" and turns[0].query.startswith("Were Scott Derrickson")
     assert len(read_corpus(built)) == 450
     space = tmp_path / "space.yaml"
-    space.write_text(yaml.safe_dump(SPACE), encoding="utf-8")
+    space.write_text(yaml.safe_dump(SPACE, sort_keys=False), encoding="utf-8")
     capsys.readouterr()
     assert main(["select", "--space", str(space), "--queries", str(built), "--out", str(tmp_path / "o"),
                  "--dry-run", "--max-queries", "5"]) == 0
