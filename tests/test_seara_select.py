@@ -340,6 +340,7 @@ def test_select_dry_run_and_refusals(hotpot: dict, tmp_path: Path, capsys: pytes
     busy.mkdir()
     (busy / "keep.txt").write_text("mine", encoding="utf-8")
     for args, message in (([*base, "--out", str(busy)], "must be a new or empty folder"),
+                          ([*base, "--out", str(folder / "queries.jsonl")], "--out names an existing file"),
                           ([*base, "--out", str(tmp_path / "o"), "--max-queries", "0"], "--max-queries must be"),
                           (["select", "--space", str(tmp_path / "none.yaml"), "--corpus", "x", "--queries",
                             str(folder / "queries.jsonl"), "--out", str(tmp_path / "o")], "no such strategy-space"),
@@ -362,7 +363,7 @@ def test_a_failure_mid_search_leaves_no_output(hotpot: dict, tmp_path: Path, mon
                str(folder / "queries.jsonl"), "--out", str(tmp_path / "out"), "--no-progress"])
     assert rc == 2
     assert "exceed max_calls=100" in capsys.readouterr().err
-    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.partial-*"))
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.*"))
 
 
 # ------------------------------------------------------------------------------------------------ the local model

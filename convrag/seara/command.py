@@ -1,6 +1,7 @@
 """The ``convrag select`` command: from a corpus, real queries and a strategy space to the chosen retriever.
 
-Output folder (written under a temporary name and renamed when complete, so a failed run leaves nothing)::
+Output folder (written beside it under a temporary name and swapped in when complete, by
+:func:`convrag.out_folder.replacing`, so a failed run leaves nothing; --out may not be or hold an input)::
 
     leaderboard.md / .csv / .json   the final pool's table (PR-AUC micro [CI], macro, P@K, R'@K, cost)
     chosen.yaml                     the chosen configuration, its figures, pool signature and why it won
@@ -18,12 +19,12 @@ import argparse
 import math
 import os
 import re
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from convrag.errors import ConvragError
+from convrag.out_folder import check_out, replacing
 
 
 def _slug(text: str) -> str:
@@ -31,8 +32,6 @@ def _slug(text: str) -> str:
 
 
 def _check_out(out: Path) -> None:
-    if out.exists() and not out.is_dir():
-        raise ConvragError(f"{out}: --out names a file, not a folder")
     if out.is_dir() and any(out.iterdir()):
         raise ConvragError(f"{out}: --out must be a new or empty folder (this one has files; nothing was changed)")
 
@@ -106,6 +105,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     _check_out(out)
+    check_out(out, {"queries": str(args.queries), **({"corpus": str(args.corpus)} if args.corpus else {})})
     if args.max_queries is not None and args.max_queries < 1:
         raise ConvragError(f"--max-queries must be at least 1, got {args.max_queries}")
     if args.max_judgments is not None and args.max_judgments < 1:
@@ -139,10 +139,7 @@ def run_command(args: argparse.Namespace) -> int:
     queries = query_texts(turns, strategy, llm=make_llm("default"), progress=progress)
     judge = get_llm(judge_spec, cache=args.cache) if args.cache else get_llm(judge_spec)
     runner = Runner(space, docs, queries, make_llm, progress=progress)
-    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with replacing(out, out.resolve(), overwrite=False, is_build=lambda _: False) as tmp:
         count = [0]
 
         def on_pool(result: Any) -> None:
@@ -176,12 +173,6 @@ def run_command(args: argparse.Namespace) -> int:
             "factorial": None if factorial is None else {"pool": factorial.label, **factorial.effects},
         }  # fmt: skip
         write_json_atomic(tmp / "report.json", report)
-        if out.is_dir():
-            out.rmdir()
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     print(leaderboard(final.scores, bootstrap=final.boot, costs=costs, judge_calls=final.judge_calls()))
     print(f"\nChosen: {chosen.name} ({final.pick.reason})")
     print(f"Judge: {totals['pools']} pools, {totals['unique']:,} unique judgments, {judge.report.summary()}")
