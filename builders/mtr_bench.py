@@ -84,6 +84,7 @@ class MTRBench(BenchmarkBuilder):
         retrievers=("bm25", "dense"), measures=("Recall@1", "Recall@5", "Recall@20", "MRR@20", "nDCG@20"),
         labels={"Recall@1": "R@1", "Recall@5": "R@5", "Recall@20": "R@20", "MRR@20": "MRR@20", "nDCG@20": "nDCG@20"},
         scale=100.0, groups=("turn", "switch_phase"), aggregation="mean", report="mtr-bench", top_k=100,
+        generation="judge",
     )  # fmt: skip
 
     @classmethod

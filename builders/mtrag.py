@@ -111,7 +111,7 @@ class MTRAGFamily(BenchmarkBuilder):
         retrievers=("bm25", "dense", "hybrid"),
         measures=tuple(f"{m}@{k}" for m in ("nDCG", "Recall") for k in (1, 3, 5, 10)),
         groups=("answerability", "multi_turn", "standalone"), aggregation="mtrag-official", report="mtrag",
-        top_k=10, submission="mtrag",
+        top_k=10, submission="mtrag", generation="mtrag",
     )  # fmt: skip
     FEATURES: dict[str, Features] = {}
 

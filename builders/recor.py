@@ -88,7 +88,7 @@ class RECOR(BenchmarkBuilder):
         strategies={s: s for s in ("baseline", "rewrite", "reasoning", "history", "history+reasoning")},
         extra_strategies={"reasoning-metadata": "reasoning-metadata", "dialogue": "dialogue"},
         retrievers=("bm25", "dense"), measures=("nDCG@10", "MAP@10", "Recall@10", "MRR@10"), groups=("turn",),
-        aggregation="domain-macro", report="recor", top_k=100,
+        aggregation="domain-macro", report="recor", top_k=100, generation="judge",
     )  # fmt: skip
     DEFAULT_SOURCES = {name: rs.HUB_URL + rel for name, rel in rs.release_paths().items()}
     VERSION = datasets.Version("1.0.0")

@@ -20,6 +20,8 @@ from convrag.errors import ConvragError, DataError
 
 #: Aggregation rules (see :mod:`convrag.evaluation.aggregate`).
 AGGREGATIONS = ("mean", "domain-macro", "mtrag-official")
+#: How generated answers are scored (see ``EvaluationProfile.generation``).
+GENERATION_SCHEMES = (None, "mtrag", "judge")
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,10 @@ class EvaluationProfile:
     * ``aggregation``: ``mean`` (over turns), ``domain-macro`` (mean within each subset, then over subsets) or
       ``mtrag-official`` (MTRAG's weighted "all" row, with our macro / micro beside it).
     * ``report``: the paper-shaped tables to render (``stratrag``, ``mtrag``, ``recor``, ``mtr-bench``).
+    * ``generation``: how generated answers are scored (``convrag generate`` / ``evaluate-generation``):
+      ``mtrag`` (official submission lines per task of the ``submission`` tasks config, IDK-conditioned
+      RB_alg / RB_llm / RL_F), ``judge`` (one line per turn, RECOR's five judge dimensions and lexical
+      metrics against the turn's reference answer), or null (the benchmark has no reference answers).
     """
 
     turns: str
@@ -64,12 +70,15 @@ class EvaluationProfile:
     report: str = "generic"
     top_k: int = 100
     submission: str | None = None
+    generation: str | None = None
 
     def __post_init__(self) -> None:
         if self.aggregation not in AGGREGATIONS:
             raise ConvragError(f"unknown aggregation {self.aggregation!r}; known: {', '.join(AGGREGATIONS)}")
         if self.search not in ("corpus", "pool"):
             raise ConvragError(f"search must be 'corpus' or 'pool', got {self.search!r}")
+        if self.generation not in GENERATION_SCHEMES:
+            raise ConvragError(f"unknown generation scheme {self.generation!r}; known: mtrag, judge or null")
         if self.search == "pool" and not self.pool:
             raise ConvragError("search='pool' needs a pool")
 
@@ -119,7 +128,7 @@ class EvaluationProfile:
 
 _STRING_LISTS = ("retrievers", "measures", "groups")
 _STRING_MAPS = ("corpus", "views", "strategies", "extra_strategies", "labels")
-_OPTIONAL = ("conversations", "pool", "split", "submission")
+_OPTIONAL = ("conversations", "pool", "split", "submission", "generation")
 
 
 def _check_field(name: str, value: Any) -> None:
