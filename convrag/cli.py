@@ -209,14 +209,36 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     """Run (or resume) a synthesis pipeline; ``--dry-run`` prints the estimates and writes nothing."""
     from convrag.llm.spec import PLACEHOLDER_MODEL, REAL_MODEL_HINT, is_placeholder
     from convrag.synthesis.engine import format_estimates, format_reports
-    from convrag.synthesis.mtr import mtr_pipeline
 
     options = _parse_options(args.option, "--option")
-    for name in ("tasks", "workers", "questioner", "responder", "polisher", "concurrency"):
-        if getattr(args, name) is not None:
-            options[name] = getattr(args, name)
-    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
-    pipeline = mtr_pipeline(args.corpus, stages, seed=args.seed, corpus_config=args.corpus_config, options=options)
+    if args.pipeline == "recor":
+        from convrag.synthesis.recor_dv import DEFAULT_STAGES, recor_pipeline
+
+        if args.corpus or args.corpus_config:
+            raise ConvragError("synthesize recor reads question-answer items: give --input FILE, not --corpus")
+        for name in ("llm", "concurrency"):
+            if getattr(args, name) is not None:
+                options[name] = getattr(args, name)
+        stages = [s.strip() for s in (args.stages or ",".join(DEFAULT_STAGES)).split(",") if s.strip()]
+        pipeline = recor_pipeline(args.input, stages, seed=args.seed, options=options, count_items=args.dry_run)
+        roles = ["llm"] if is_placeholder(options.get("llm")) and set(stages) - {"load", "release"} else []
+        build_hint = f"Build it: convrag build recor --source {args.out}/release --out BUILT"
+    else:
+        from convrag.synthesis.mtr import mtr_pipeline
+
+        if args.input or args.llm:
+            raise ConvragError("--input and --llm are options of synthesize recor; the MTR pipeline takes --corpus "
+                               "and --questioner / --responder / --polisher")
+        for name in ("tasks", "workers", "questioner", "responder", "polisher", "concurrency"):
+            if getattr(args, name) is not None:
+                options[name] = getattr(args, name)
+        stages = [s.strip() for s in (args.stages or "curate,cluster,converse,polish,assemble").split(",")
+                  if s.strip()]
+        pipeline = mtr_pipeline(args.corpus, stages, seed=args.seed, corpus_config=args.corpus_config,
+                                options=options)
+        roles = [r for r, stage in (("questioner", "converse"), ("responder", "converse"), ("polisher", "polish"))
+                 if stage in stages and is_placeholder(options.get(r))]
+        build_hint = f"Build it: convrag build mtr-bench --source {args.out}/assemble --out BUILT"
     progress = not args.no_progress and sys.stderr.isatty()
     if args.dry_run:
         print(f"Dry run of {pipeline.name} ({', '.join(s.name for s in pipeline.stages)}): nothing is written.")
@@ -226,10 +248,8 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     reports = pipeline.run(args.out, redo=redo, progress=progress,
                            on_stage=lambda r: print(format_reports([r]), flush=True))
     print(f"Wrote {args.out} ({', '.join(r.stage for r in reports)}); parameters in {args.out}/<stage>/params.json")
-    if "assemble" in stages:
-        print(f"Build it: convrag build mtr-bench --source {args.out}/assemble --out BUILT")
-    roles = [r for r, stage in (("questioner", "converse"), ("responder", "converse"), ("polisher", "polish"))
-             if stage in stages and is_placeholder(options.get(r))]
+    if stages[-1] in ("assemble", "release"):
+        print(build_hint)
     if roles:
         print(f"\nWarning: the {', '.join(roles)} ran on the embedded {PLACEHOLDER_MODEL} placeholder: these "
               f"conversations only show that the plumbing works, they are not a benchmark. "
@@ -349,20 +369,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.set_defaults(func=cmd_evaluate_generation)
 
-    p = sub.add_parser("synthesize", help="make a benchmark from your own corpus (MTR-Pipeline: curate, cluster, "
-                                          "converse, polish, assemble)")
-    p.add_argument("pipeline", choices=("mtr",), help="synthesis pipeline (mtr: MTR-Suite's MTR-Pipeline)")
+    p = sub.add_parser("synthesize", help="make a benchmark from your own data (mtr: MTR-Pipeline over a corpus; "
+                                          "recor: RECOR's Decomposition-and-Verification over question-answer items)")
+    p.add_argument("pipeline", choices=("mtr", "recor"),
+                   help="mtr: MTR-Suite's MTR-Pipeline (curate, cluster, converse, polish, assemble); recor: RECOR's "
+                        "Decomposition-and-Verification (load, align, aspects, facts, turns, release)")
+    p.add_argument("--input", metavar="FILE",
+                   help="recor: the question-answer items: JSONL {id, query, answer, documents [{doc_id, text}], "
+                        "reasoning?, domain?, negatives?}, a BRIGHT examples file (--option input_format=bright "
+                        "--option documents=BRIGHT_DOCS.jsonl) or MTRAG conversations.json (--option "
+                        "input_format=mtrag --option domain=NAME)")
+    p.add_argument("--llm", metavar="SPEC", help="recor: LLM spec of every D&V step (default: $CONVRAG_LLM or the "
+                                                 "embedded placeholder), e.g. openai:MODEL@URL")
     p.add_argument("--corpus", metavar="SOURCE",
                    help="the corpus: a JSONL / Parquet file (_id or id, title, text), a folder of them, or a folder "
                         "written by `convrag build` (its corpus config)")
     p.add_argument("--corpus-config", help="config of a built folder holding the corpus (default: its only *corpus)")
     p.add_argument("--out", required=True, help="output folder; rerunning the same command resumes an interrupted run")
-    p.add_argument("--stages", default="curate,cluster,converse,polish,assemble",
-                   help="stages to run (default: curate,cluster,converse,polish,assemble)")
+    p.add_argument("--stages", help="stages to run (default: all of the pipeline's: mtr curate,cluster,converse,"
+                                    "polish,assemble; recor load,align,aspects,facts,turns,release)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="stage option (repeatable), e.g. chunk_size=1024, quality=heuristic, cluster_size=8, k=100, "
                         "index=flat|hnsw|ivf, method=greedy|random, turns=12, conversations=1000, answer_words=150, "
-                        "switch_ratio=0.5, layout=splice|paper, test_size=1000; an unknown key lists the valid ones")
+                        "switch_ratio=0.5, layout=splice|paper, test_size=1000; recor: "
+                        "input_format=jsonl|bright|mtrag, documents=PATH, negatives=PATH, domain=NAME, limit=N, "
+                        "threshold=5.0, max_turns=12; an unknown key lists the valid ones")
     for role, does in (("questioner", "asks the questions"), ("responder", "answers them"),
                        ("polisher", "rewrites follow-up questions casually")):
         p.add_argument(f"--{role}", metavar="SPEC", help=f"LLM spec of the model that {does} (default: $CONVRAG_LLM "

@@ -9,7 +9,6 @@ that lists the valid ones. ``source`` is the user's corpus (JSONL / Parquet / a 
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +18,8 @@ from convrag.synthesis.cluster import Cluster
 from convrag.synthesis.converse import Converse
 from convrag.synthesis.curate import Curate
 from convrag.synthesis.engine import Pipeline, Stage
+from convrag.synthesis.options import order_stages, split_options
+from convrag.synthesis.options import stage_options as options_of
 from convrag.synthesis.polish import Polish
 
 STAGES: dict[str, type[Stage]] = {"curate": Curate, "cluster": Cluster, "converse": Converse, "polish": Polish,
@@ -30,28 +31,20 @@ _SHARED = {"source", "corpus_config"}
 
 def stage_options(name: str) -> list[str]:
     """The options (constructor keywords) of one stage."""
-    return [p for p in inspect.signature(STAGES[name].__init__).parameters if p not in ("self", *_SHARED)]
+    return options_of(STAGES[name], _SHARED)
 
 
 def mtr_pipeline(source: str | None, stages: Sequence[str] = DEFAULT_STAGES, *, seed: int = 0,
                  corpus_config: str | None = None, options: dict[str, Any] | None = None) -> Pipeline:
     """The MTR pipeline with ``stages`` (in pipeline order), each built from the ``options`` it takes."""
-    unknown = [s for s in stages if s not in STAGES]
-    if unknown or not stages:
-        raise ConvragError(f"--stages: unknown stage {', '.join(unknown) or '(none given)'}; "
-                           f"MTR-Pipeline stages: {', '.join(STAGES)}")
-    ordered = [s for s in STAGES if s in stages]
+    ordered = order_stages(STAGES, stages, "MTR-Pipeline")
     options = dict(options or {})
-    taken = {o for s in ordered for o in stage_options(s)}
-    extra = sorted(set(options) - taken)
-    if extra:
-        valid = "; ".join(f"{s}: {', '.join(stage_options(s))}" for s in ordered)
-        raise ConvragError(f"--option {', '.join(extra)}: not an option of the stages run ({valid})")
+    per_stage = split_options(STAGES, ordered, options, _SHARED)
     if "curate" in ordered and source is None:
         raise ConvragError("the curate stage needs --corpus SOURCE")
     built: list[Stage] = []
     for name in ordered:
-        kwargs = {k: v for k, v in options.items() if k in stage_options(name)}
+        kwargs = per_stage[name]
         try:
             stage = STAGES[name](source, corpus_config=corpus_config, **kwargs)
         except TypeError as err:
