@@ -46,6 +46,19 @@ SAMPLE_FIELDS.update({
     "seara_rerank_listwise": {"query": "Where does the Danube end?",
                               "passages": ["It flows east.", "It ends in the Black Sea."]},
 })
+_DV_DOCS = [{"label": "doc_0", "text": "The Danube flows into the Black Sea."}]
+_DV_ASPECT = {"name": "Danube mouth", "type": "detail", "excerpt": "It ends in the Black Sea."}
+SAMPLE_FIELDS.update({
+    "dv_alignment": {"answer": "The Danube ends in the Black Sea.", "documents": _DV_DOCS},
+    "dv_aspect_extract": {"query": "Where does the Danube end?", "reasoning": "Needs its course.",
+                          "answer": "It ends in the Black Sea.", "num_aspects": 3, "existing": [_DV_ASPECT]},
+    "dv_aspect_overlap": {**_DV_ASPECT, "existing": [_DV_ASPECT]},
+    "dv_aspect_suitability": _DV_ASPECT,
+    "dv_aspect_order": {"conversation_strategy": "From basics to details.",
+                        "aspects": [{"index": 0, "type": "detail", "name": "Danube mouth"}]},
+    "dv_fact_verify": {"name": "Danube mouth", "excerpt": "It ends in the Black Sea.", "documents": _DV_DOCS,
+                       "max_facts": 5},
+})
 
 
 def test_every_shipped_prompt_renders() -> None:

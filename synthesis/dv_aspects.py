@@ -1,0 +1,257 @@
+"""D&V stage ``aspects``: granular aspect extraction, overlap and suitability checks, and ordering for
+conversational flow (RECOR, section 3.2.1; appendix F "Granular Aspect Extraction", "Aspect Overlap Detection",
+"Aspect Suitability Classification", "Aspect Ordering by Logical Progression").
+
+An aspect is one distinct component of the answer (a detail, a step, a mechanism, an example, ...) that can
+become one conversation turn: ``{name, type, excerpt}``, the excerpt copied from the answer.
+
+Extraction is iterated. Each round asks for ``num_aspects`` new aspects, showing the ones already accepted. Every
+candidate of a round, in the reply's order, must pass, else it is rejected with a counted reason
+(``aspects: aspect rejected: <why>``):
+
+1. a non-empty name and excerpt (``empty name or excerpt``);
+2. a type among the paper's ten, :data:`ASPECT_TYPES` (case and spaces ignored; ``unknown type``);
+3. an excerpt taken from the answer (``excerpt not from the answer``): at least :data:`EXCERPT_SHARE` of its word
+   tokens (lower-cased letters and digits) occur among the answer's tokens. This allows a model's small copying
+   slips (a changed inflection, a dropped comma) but not a paraphrase or invented text;
+4. a name unlike every accepted aspect's (case ignored; ``duplicate name``: no call spent);
+5. no overlap with the accepted aspects, as the overlap judge says (skipped while none is accepted; ``overlap``);
+6. category "substantive" by the suitability judge (``meta`` / ``insufficient`` otherwise).
+
+A judge reply that stays unparsable after the re-asks rejects that candidate (``overlap check unparsable`` /
+``suitability check unparsable``); an unparsable extraction reply ends the rounds (counted as ``aspects: round
+rejected: reply unparsable after re-asks``). Rounds stop when a round accepts nothing, after ``max_rounds``, or
+once ``max_aspects`` are accepted (later candidates: ``max_aspects reached``).
+
+Items with fewer than ``min_aspects`` accepted aspects are dropped (``aspects: fewer than min_aspects aspects``;
+default 3, the shortest conversation RECOR keeps). Otherwise the aspects are put in conversation order by the
+ordering judge: ``ordered_indices`` must list every aspect number exactly once, else the error is fed back and
+re-asked; when no usable order comes, the extraction order is kept and ``aspects: ordering unusable, extraction
+order kept`` is counted.
+
+Adds ``aspects`` [{name, type, excerpt}] in conversation order and ``aspect_log`` [{name, type, round, fate}]: every
+candidate with ``accepted`` or ``rejected: <why>``. Figures: ``aspects: aspect accepted`` and each rejection.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from convrag.errors import ConvragError
+from convrag.llm import LLM, UnparsableReply
+from convrag.synthesis.dv_align import whole_number
+from convrag.synthesis.dv_common import Drop, DVStage, Outcome, Tokens, ask, sampling
+
+#: the paper's ten aspect types
+ASPECT_TYPES = ("detail", "step", "implication", "distinction", "definition", "mechanism", "example", "comparison",
+                "history", "application")
+#: share of an excerpt's word tokens that must occur in the answer
+EXCERPT_SHARE = 0.8
+DEFAULT_STRATEGY = ("Open with what the topic is and the basic idea behind it, go on to how it works and why, then "
+                    "to concrete examples, and close with consequences and wider implications.")
+EXTRACT_TOKENS, JUDGE_TOKENS, ORDER_TOKENS = 900, 250, 300
+_WORD = re.compile(r"[^\W_]+")
+
+
+class AspectCandidate(BaseModel):
+    """One aspect as the extractor proposes it."""
+
+    aspect_name: str = Field(default="", description="specific name, 3-6 words")
+    aspect_type: str = Field(default="", description=" | ".join(ASPECT_TYPES))
+    excerpt: str = Field(default="", description="text copied word for word from the answer")
+    distinct_from_existing: str = Field(default="", description="how it differs from the aspects already found")
+
+
+class ExtractionReply(BaseModel):
+    """The extractor's structured reply."""
+
+    aspects: list[AspectCandidate]
+    extraction_notes: str = ""
+
+
+class OverlapReply(BaseModel):
+    """The overlap judge's structured reply."""
+
+    has_overlap: bool
+    overlaps_with: str | None = None
+    overlap_type: str = Field(default="no_overlap", description="same_claims | same_examples | same_step | no_overlap")
+    reasoning: str = ""
+
+
+class SuitabilityReply(BaseModel):
+    """The suitability judge's structured reply."""
+
+    should_generate: bool
+    reason: str = ""
+    aspect_category: str = Field(description="substantive | meta | insufficient")
+
+
+class OrderReply(BaseModel):
+    """The ordering judge's structured reply."""
+
+    ordered_indices: list[int] = Field(description="every aspect number once, in conversation order")
+    reasoning: str = ""
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased word tokens (runs of letters and digits)."""
+    return _WORD.findall(text.lower())
+
+
+def excerpt_from(excerpt: str, answer: str) -> bool:
+    """Whether ``excerpt`` comes from ``answer``: >= EXCERPT_SHARE of its word tokens occur in the answer."""
+    tokens = words(excerpt)
+    vocabulary = set(words(answer))
+    return bool(tokens) and sum(t in vocabulary for t in tokens) >= EXCERPT_SHARE * len(tokens)
+
+
+def check_suitability(reply: SuitabilityReply) -> str | None:
+    """A problem to feed back, or None: a known category, consistent with should_generate."""
+    category = reply.aspect_category.strip().lower()
+    if category not in ("substantive", "meta", "insufficient"):
+        return f"aspect_category must be substantive, meta or insufficient, got {reply.aspect_category!r}"
+    if reply.should_generate != (category == "substantive"):
+        return "should_generate must be true exactly when aspect_category is substantive"
+    return None
+
+
+def order_check(n: int) -> Any:
+    """The check of an ordering reply over ``n`` aspects: a permutation of 0..n-1."""
+    def check(reply: OrderReply) -> str | None:
+        if sorted(reply.ordered_indices) != list(range(n)):
+            return (f"ordered_indices must list each number from 0 to {n - 1} exactly once, got "
+                    f"{reply.ordered_indices}")
+        return None
+    return check
+
+
+def _summaries(aspects: list[dict[str, Any]]) -> list[dict[str, str]]:
+    return [{"name": a["name"], "type": a["type"], "excerpt": a["excerpt"]} for a in aspects]
+
+
+class Aspects(DVStage):
+    """Iterated aspect extraction with overlap and suitability checks, then ordering (see the module docstring).
+
+    Options: ``num_aspects`` (asked per round, 3), ``max_rounds`` (3), ``max_aspects`` (12), ``min_aspects`` (3),
+    ``conversation_strategy`` (a short text the ordering prompt follows).
+    """
+
+    name = "aspects"
+    upstream = "align"
+
+    def __init__(self, *, num_aspects: int = 3, max_rounds: int = 3, max_aspects: int = 12, min_aspects: int = 3,
+                 conversation_strategy: str = DEFAULT_STRATEGY, llm: str | None = None, concurrency: int = 8,
+                 shard_size: int = 32) -> None:
+        super().__init__(llm=llm, concurrency=concurrency, shard_size=shard_size)
+        self.num_aspects = whole_number("num_aspects", num_aspects)
+        self.max_rounds = whole_number("max_rounds", max_rounds)
+        self.max_aspects = whole_number("max_aspects", max_aspects)
+        self.min_aspects = whole_number("min_aspects", min_aspects)
+        if self.min_aspects > self.max_aspects:
+            raise ConvragError(f"min_aspects ({min_aspects}) must not exceed max_aspects ({max_aspects})")
+        if not isinstance(conversation_strategy, str) or not conversation_strategy.strip():
+            raise ConvragError(f"conversation_strategy must be a non-empty text, got {conversation_strategy!r}")
+        self.conversation_strategy = " ".join(conversation_strategy.split())
+
+    def params_extra(self) -> dict[str, Any]:
+        return {"num_aspects": self.num_aspects, "max_rounds": self.max_rounds, "max_aspects": self.max_aspects,
+                "min_aspects": self.min_aspects, "conversation_strategy": self.conversation_strategy}
+
+    def item_cost(self) -> tuple[int, int, int]:
+        per_round = 1 + 2 * self.num_aspects
+        calls = min(self.max_rounds, 2) * per_round + 1
+        return calls, calls * 2500, calls * 250
+
+    # -- one candidate ----------------------------------------------------------------------------------------
+    def _verdict(self, cand: AspectCandidate, accepted: list[dict[str, Any]], answer: str, llm: LLM,
+                 tokens: Tokens) -> tuple[str, dict[str, Any] | None]:
+        """``("accepted", aspect)`` or ``("rejected: <why>", None)`` for one candidate."""
+        name, excerpt = " ".join(cand.aspect_name.split()), " ".join(cand.excerpt.split())
+        kind = cand.aspect_type.strip().lower()
+        if not name or not excerpt:
+            return "rejected: empty name or excerpt", None
+        if kind not in ASPECT_TYPES:
+            return "rejected: unknown type", None
+        if not excerpt_from(excerpt, answer):
+            return "rejected: excerpt not from the answer", None
+        if name.casefold() in {a["name"].casefold() for a in accepted}:
+            return "rejected: duplicate name", None
+        aspect = {"name": name, "type": kind, "excerpt": excerpt}
+        if accepted:
+            try:
+                overlap = ask(llm, "dv_aspect_overlap", {**aspect, "existing": _summaries(accepted)}, OverlapReply,
+                              sampling(0.0, JUDGE_TOKENS), tokens)
+            except UnparsableReply:
+                return "rejected: overlap check unparsable", None
+            if overlap.has_overlap:
+                return "rejected: overlap", None
+        try:
+            suitable = ask(llm, "dv_aspect_suitability", aspect, SuitabilityReply, sampling(0.0, JUDGE_TOKENS), tokens,
+                           check=check_suitability)
+        except UnparsableReply:
+            return "rejected: suitability check unparsable", None
+        category = suitable.aspect_category.strip().lower()
+        if category != "substantive":
+            return f"rejected: {category}", None
+        return "accepted", aspect
+
+    # -- one item ---------------------------------------------------------------------------------------------
+    def extract(self, item: dict[str, Any], llm: LLM, tokens: Tokens,
+                counts: Counter[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The accepted aspects in extraction order and the log of every candidate."""
+        accepted: list[dict[str, Any]] = []
+        log: list[dict[str, Any]] = []
+        for round_no in range(1, self.max_rounds + 1):
+            if len(accepted) >= self.max_aspects:
+                break
+            fields = {"query": item["query"], "reasoning": item.get("reasoning") or "", "answer": item["answer"],
+                      "num_aspects": min(self.num_aspects, self.max_aspects - len(accepted)),
+                      "existing": _summaries(accepted)}
+            try:
+                reply = ask(llm, "dv_aspect_extract", fields, ExtractionReply, sampling(0.0, EXTRACT_TOKENS), tokens)
+            except UnparsableReply:
+                counts["aspects: round rejected: reply unparsable after re-asks"] += 1
+                break
+            added = 0
+            for cand in reply.aspects:
+                if len(accepted) >= self.max_aspects:
+                    fate, aspect = "rejected: max_aspects reached", None
+                else:
+                    fate, aspect = self._verdict(cand, accepted, item["answer"], llm, tokens)
+                if aspect is not None:
+                    accepted.append(aspect)
+                    added += 1
+                    counts["aspects: aspect accepted"] += 1
+                else:
+                    counts[f"aspects: aspect {fate}"] += 1
+                log.append({"name": " ".join(cand.aspect_name.split()), "type": cand.aspect_type.strip().lower(),
+                            "round": round_no, "fate": fate})
+            if not added:
+                break
+        return accepted, log
+
+    def order(self, aspects: list[dict[str, Any]], llm: LLM, tokens: Tokens, counts: Counter[str]) -> list[int]:
+        """Conversation order of ``aspects`` (their indices); the extraction order when no usable reply comes."""
+        if len(aspects) < 2:
+            return list(range(len(aspects)))
+        fields = {"conversation_strategy": self.conversation_strategy,
+                  "aspects": [{"index": i, "type": a["type"], "name": a["name"]} for i, a in enumerate(aspects)]}
+        try:
+            reply = ask(llm, "dv_aspect_order", fields, OrderReply, sampling(0.0, ORDER_TOKENS), tokens,
+                        check=order_check(len(aspects)))
+        except UnparsableReply:
+            counts["aspects: ordering unusable, extraction order kept"] += 1
+            return list(range(len(aspects)))
+        return list(reply.ordered_indices)
+
+    def handle(self, item: dict[str, Any], llm: LLM, tokens: Tokens) -> Outcome:
+        counts: Counter[str] = Counter()
+        accepted, log = self.extract(item, llm, tokens, counts)
+        if len(accepted) < self.min_aspects:
+            raise Drop("aspects: fewer than min_aspects aspects", counts)
+        ordered = [accepted[i] for i in self.order(accepted, llm, tokens, counts)]
+        return Outcome({**item, "aspects": ordered, "aspect_log": log}, counts=counts, tokens=tokens)
