@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from convrag.errors import ConvragError
+from convrag.generate.command import add_parser as add_generate_parser
 
 _NAME_EQ = re.compile(r"^([A-Za-z_][\w-]*)=(.+)$")
 
@@ -179,6 +180,12 @@ def cmd_evaluate_generation(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise ConvragError(f"--out {out}: exists and is not a folder")
     source = Path(args.source)
+    if source.is_dir() and _generation_scheme(source) == "judge":  # RECOR / MTR-Bench: five-dimension judge
+        from convrag.evaluation.recor_generation import run_command
+
+        return run_command(args, judges)
+    if args.predictions and len(args.predictions) > 1:
+        raise ConvragError("a built MTRAG / MTRAG-UN folder takes exactly one --predictions file")
     if source.is_file():
         if args.predictions:
             raise ConvragError("a responses .jsonl already holds the predictions; --predictions is for a built folder")
@@ -186,7 +193,7 @@ def cmd_evaluate_generation(args: argparse.Namespace) -> int:
     elif source.is_dir():
         if not args.predictions:
             raise ConvragError("--predictions FILE is required with a built MTRAG / MTRAG-UN folder")
-        tasks = read_built_tasks(source, args.predictions, args.config, args.split, args.allow_missing)
+        tasks = read_built_tasks(source, args.predictions[0], args.config, args.split, args.allow_missing)
     else:
         raise ConvragError(f"{source}: no such file or folder")
     scorer = BertScorer(model=args.bertscore_model, num_layers=args.bertscore_layers,
@@ -203,6 +210,18 @@ def cmd_evaluate_generation(args: argparse.Namespace) -> int:
     if any(is_placeholder(j) for j in judges):
         print(f"\nWarning: {PLACEHOLDER_WARNING}. To measure, {REAL_MODEL_HINT.replace('point it', 'point --judge')}.")
     return 0
+
+
+def _generation_scheme(folder: Path) -> str | None:
+    """The ``generation`` field of a built folder's evaluation profile; None when the folder has none readable
+    (the MTRAG path then reports what is wrong)."""
+    from convrag.evaluation.profile import profile_of
+    from convrag.manifest import read_manifest
+
+    try:
+        return profile_of(read_manifest(folder), source=str(folder / "README.md")).generation
+    except ConvragError:
+        return None
 
 
 def cmd_synthesize(args: argparse.Namespace) -> int:
@@ -337,10 +356,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("evaluate-generation",
-                       help="score generated answers: IDK-conditioned RB_alg, RB_llm, RL_F (MTRAGEval B/C)")
-    p.add_argument("source", help="built MTRAG / MTRAG-UN folder (with --predictions), or an official responses "
-                                  ".jsonl that holds tasks and predictions")
-    p.add_argument("--predictions", help="official submission .jsonl: task_id + predictions[0].text (+ contexts)")
+                       help="score generated answers: IDK-conditioned RB_alg, RB_llm, RL_F (MTRAGEval B/C), or "
+                            "RECOR's five-dimension LLM judge and lexical metrics (RECOR, MTR-Bench)")
+    p.add_argument("source", help="built folder (with --predictions), or an official MTRAG responses .jsonl that "
+                                  "holds tasks and predictions; the folder's evaluation profile picks the scheme")
+    p.add_argument("--predictions", action="append",
+                   help="MTRAG: the official submission .jsonl (task_id + predictions[0].text (+ contexts)), once. "
+                        "RECOR / MTR-Bench: a `convrag generate` output (one generator x mode), repeatable")
+    p.add_argument("--run", help="RECOR / MTR-Bench: TREC run behind the retrieved-mode answers, for nDCG@10 vs judge "
+                                 "correlation (default: the FILE.run.trec `convrag generate` wrote beside a "
+                                 "retrieved-mode FILE.jsonl)")
+    p.add_argument("--lexical", default="rouge-l,meteor,bertscore",
+                   help="RECOR / MTR-Bench: lexical metrics vs the reference answer (default rouge-l,meteor,bertscore;"
+                        " '' for none). METEOR needs nltk's WordNet data, else it is reported as not available")
+    p.add_argument("--cache", help="RECOR / MTR-Bench: judge cache folder (default: the LLM layer's)")
+    p.add_argument("--concurrency", type=int, default=4, help="RECOR / MTR-Bench: judge calls in flight (default 4)")
+    p.add_argument("--max-tokens", type=int, default=300,
+                   help="RECOR / MTR-Bench: most tokens of one judge reply (default 300)")
     p.add_argument("--config", default="all-tasks", help="tasks config of the built folder (default: all-tasks)")
     p.add_argument("--split", default="test", help="split of the tasks config (default: test)")
     p.add_argument("--allow-missing", action="store_true",
@@ -453,6 +485,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the configurations and the cost bounds; call nothing")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.set_defaults(func=cmd_select)
+
+    add_generate_parser(sub)
 
     p = sub.add_parser("list", help="list registered benchmarks and retrievers")
     p.set_defaults(func=cmd_list)

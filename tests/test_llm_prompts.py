@@ -49,6 +49,10 @@ SAMPLE_FIELDS.update({
 _DV_DOCS = [{"label": "doc_0", "text": "The Danube flows into the Black Sea."}]
 _DV_ASPECT = {"name": "Danube mouth", "type": "detail", "excerpt": "It ends in the Black Sea."}
 SAMPLE_FIELDS.update({
+    "rag_answer": {"question": "Where does it end?",
+                   "history": [{"role": "user", "content": "Where does the Danube start?"},
+                               {"role": "assistant", "content": "In Germany."}],
+                   "passages": [{"number": 1, "title": "Danube", "text": "The Danube flows into the Black Sea."}]},
     "dv_alignment": {"answer": "The Danube ends in the Black Sea.", "documents": _DV_DOCS},
     "dv_aspect_extract": {"query": "Where does the Danube end?", "reasoning": "Needs its course.",
                           "answer": "It ends in the Black Sea.", "num_aspects": 3, "existing": [_DV_ASPECT]},

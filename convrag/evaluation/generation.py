@@ -89,6 +89,8 @@ def table_notes(summary: Mapping[str, Any]) -> list[str]:
 def _fmt(cell: Mapping[str, Any] | None, digits: int) -> str:
     if not cell or cell.get("mean") is None:
         return "-"
+    if cell.get("low") is None or cell.get("high") is None:
+        return f"{cell['mean']:.{digits}f}"
     return f"{cell['mean']:.{digits}f} [{cell['low']:.{digits}f}, {cell['high']:.{digits}f}]"
 
 

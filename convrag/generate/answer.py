@@ -1,0 +1,144 @@
+"""The generator: one ``rag_answer`` prompt per item, sent through the LLM layer with bounded concurrency.
+
+* Passages are cut to ``passage_chars`` characters each (at a word boundary where one is near, marked `` ...``).
+* The history keeps the most recent messages whose texts fit in ``history_chars`` characters (older ones are
+  dropped; a single newest message longer than the budget keeps its end). The current question is never cut.
+* Sampling: greedy (temperature 0), ``max_tokens`` (default 300), seed 0. Reasoning before a ``</think>`` tag is
+  removed from the reply (:func:`convrag.synthesis.agents.strip_reasoning`).
+* A call that fails after the LLM layer's retries gives no answer: the item is listed in
+  ``GenerationResult.failures`` with the reason, never filled in.
+
+Output lines: :func:`mtrag_line` (MTRAG's official submission format) and :func:`judge_line` (one line per turn).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from convrag.generate.tasks import GenItem
+from convrag.llm import LLM, LLMError, Message, RunReport, SamplingParams, load_prompt, run_batch
+
+PROMPT = "rag_answer"
+DEFAULT_MAX_TOKENS = 300
+DEFAULT_PASSAGE_CHARS = 1500
+DEFAULT_HISTORY_CHARS = 3000
+CUT_MARK = " ..."
+
+
+def cut(text: str, budget: int) -> str:
+    """``text`` stripped, or its first ``budget`` characters (back to the last space in the final fifth, if any)
+    followed by `` ...`` when it is longer."""
+    text = text.strip()
+    if len(text) <= budget:
+        return text
+    head = text[:budget]
+    space = head.rfind(" ")
+    if space >= budget * 0.8:
+        head = head[:space]
+    return head.rstrip() + CUT_MARK
+
+
+def fit_history(history: Sequence[tuple[str, str]], budget: int) -> list[dict[str, str]]:
+    """The most recent messages of ``history`` whose texts fit in ``budget`` characters, as ``{role, content}``;
+    when even the newest one does not fit, its last ``budget`` characters (marked ``... ``)."""
+    kept: list[dict[str, str]] = []
+    used = 0
+    for role, text in reversed([(r, t.strip()) for r, t in history if t.strip()]):
+        if used + len(text) > budget:
+            if not kept and budget > 0:
+                kept.append({"role": role, "content": "... " + text[-budget:].lstrip()})
+            break
+        kept.append({"role": role, "content": text})
+        used += len(text)
+    return kept[::-1]
+
+
+def render_prompt(item: GenItem, passage_chars: int = DEFAULT_PASSAGE_CHARS,
+                  history_chars: int = DEFAULT_HISTORY_CHARS, prompt: str = PROMPT) -> list[Message]:
+    """The chat messages for ``item``: the ``prompt`` template with its question, fitted history and cut passages."""
+    passages = [{"number": n, "title": p.title.strip(), "text": cut(p.text, passage_chars)}
+                for n, p in enumerate(item.passages, start=1)]  # fmt: skip
+    return load_prompt(prompt).render(question=item.question.strip(), history=fit_history(item.history, history_chars),
+                                      passages=passages)  # fmt: skip
+
+
+@dataclass
+class GenerationResult:
+    """``answers``: task id -> answer text (empty when the reply held nothing after the reasoning);
+    ``failures``: task id -> why the call failed (no answer); ``report``: the LLM's run report."""
+
+    answers: dict[str, str] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+    report: RunReport | None = None
+
+    @property
+    def empty(self) -> list[str]:
+        return [t for t, a in self.answers.items() if not a]
+
+
+def generate_answers(items: Sequence[GenItem], llm: LLM, *, max_tokens: int = DEFAULT_MAX_TOKENS,
+                     temperature: float = 0.0, seed: int = 0, passage_chars: int = DEFAULT_PASSAGE_CHARS,
+                     history_chars: int = DEFAULT_HISTORY_CHARS, concurrency: int = 8, progress: bool = False,
+                     desc: str = "generate") -> GenerationResult:
+    """Answer every item with ``llm`` (cached: a rerun repeats no call), ``concurrency`` calls in flight at once."""
+    from tqdm.auto import tqdm
+
+    from convrag.synthesis.agents import strip_reasoning
+
+    params = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed)
+    prompts = [render_prompt(item, passage_chars, history_chars) for item in items]
+
+    def answer(i: int) -> str:
+        return strip_reasoning(llm.chat(prompts[i], params).text).strip()
+
+    bar = tqdm(total=len(items), desc=desc, unit="call", disable=not progress)
+    try:
+        batch = run_batch(range(len(items)), answer, concurrency, catch=(LLMError,),
+                          on_result=lambda i, res, err: bar.update(1))  # fmt: skip
+    finally:
+        bar.close()
+    result = GenerationResult(report=llm.report)
+    for i, item in enumerate(items):
+        if i in batch.failures:
+            result.failures[item.task_id] = batch.failures[i]
+        else:
+            result.answers[item.task_id] = batch.results[i] or ""
+    return result
+
+
+def _contexts(item: GenItem) -> list[dict[str, Any]]:
+    return [{"document_id": p.document_id, "score": p.score, "text": p.text} for p in item.passages]
+
+
+def mtrag_line(item: GenItem, answer: str, mode: str) -> dict[str, Any]:
+    """An official MTRAG submission line: ``task_id``, ``predictions``; ``contexts`` (<= 10, Subtask C) in
+    ``retrieved`` mode, ``[]`` in ``none`` mode, absent in ``oracle`` mode (Subtask B: the reference passages)."""
+    line: dict[str, Any] = {"task_id": item.task_id, "predictions": [{"text": answer}]}
+    if mode == "retrieved":
+        line["contexts"] = _contexts(item)
+    elif mode == "none":
+        line["contexts"] = []
+    return line
+
+
+def judge_line(item: GenItem, answer: str, mode: str, generator: str) -> dict[str, Any]:
+    """One turn's line for the judge-scored benchmarks (RECOR, MTR-Bench): ids, position, subset, mode, generator,
+    the passages shown (``contexts``; gold ones score 1.0) and the answer."""
+    return {"task_id": item.task_id, "conversation_id": item.conversation_id, "turn": item.turn,
+            "domain": item.domain, "mode": mode, "generator": generator,
+            "contexts": _contexts(item) if mode != "none" else [], "predictions": [{"text": answer}]}  # fmt: skip
+
+
+def write_jsonl_atomic(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Write ``rows`` as JSON lines to a temporary file beside ``path``, then rename it into place."""
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    os.replace(tmp, target)

@@ -1,0 +1,208 @@
+"""The ``convrag generate`` command: answers for every task / turn of a built folder, a report, and the run.
+
+Files written (``FILE`` = ``--out`` without its ``.jsonl`` suffix), each through a temporary file and a rename:
+``--out`` (the answers), ``FILE.report.json`` (mode, k, retriever or run file, counts, tasks without an answer
+and the LLM's run report), ``FILE.run.trec`` (the retriever's full run, with ``--retriever``). LLM replies are
+cached in ``--cache`` (default ``FILE.llm-cache/``), so a rerun repeats no call.
+
+A task whose call failed gets no line (listed with the reason in the report). An empty answer (a reply that was
+all reasoning) is kept as an empty prediction in MTRAG files (the official checker accepts it; counted) and
+treated as a failure for the judge-scored benchmarks, whose reader refuses empty predictions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from convrag.errors import ConvragError
+
+_SECRET_IN_URL = re.compile(r"//[^/@\s]+@")
+EMPTY_ANSWER = "empty answer: nothing left after removing the reasoning before </think>"
+
+
+def stem(out: str | os.PathLike) -> Path:
+    """``FILE`` of the output ``FILE.jsonl`` (the whole name when it has another suffix)."""
+    path = Path(out)
+    return path.with_suffix("") if path.suffix == ".jsonl" else path
+
+
+def generator_label(spec: str) -> str:
+    """The LLM spec as written in outputs: no ``;`` options, no user:password in URLs."""
+    return _SECRET_IN_URL.sub("//", spec.split(";")[0].strip())
+
+
+def make_llm(spec: str, cache: str | os.PathLike, concurrency: int) -> Any:
+    """The generator LLM (replaced by scripted ones in tests)."""
+    from convrag.llm import DiskCache, get_llm
+
+    return get_llm(spec, cache=DiskCache(cache), max_concurrency=concurrency)
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Register ``generate`` on the CLI's subparsers (``sub``); the parsed arguments run :func:`run_command`."""
+    from convrag.generate.answer import DEFAULT_HISTORY_CHARS, DEFAULT_MAX_TOKENS, DEFAULT_PASSAGE_CHARS
+
+    p = sub.add_parser("generate", help="generate RAG answers for every task / turn of a built multi-turn benchmark "
+                                        "(oracle, retrieved or no passages), ready for evaluate-generation")
+    p.add_argument("folder", metavar="BUILT", help="folder written by `convrag build` (MTRAG, MTRAG-UN, RECOR, "
+                                                   "MTR-Bench: its README says which output format)")
+    p.add_argument("--mode", required=True, choices=("oracle", "retrieved", "none"),
+                   help="oracle: the turn's gold passages; retrieved: top --k of --retriever or --run; none: no "
+                        "passages (the model's own knowledge)")
+    p.add_argument("--out", required=True, metavar="FILE.jsonl", help="answers file (MTRAG: official submission "
+                                                                      "format; RECOR / MTR-Bench: one line per turn)")
+    p.add_argument("--retriever", metavar="SPEC", help="retriever spec searched through the evaluation engine "
+                                                       "(bm25, dense, ...); its full run goes to FILE.run.trec")
+    p.add_argument("--run", metavar="FILE", help="a TREC run file (or an MTRAG submission .jsonl) instead of "
+                                                 "--retriever, e.g. a run `convrag evaluate` wrote")
+    p.add_argument("--strategy", help="query strategy for --retriever (default: the benchmark's last default one, "
+                                      "e.g. RECOR history+reasoning)")
+    p.add_argument("--k", type=int, default=5, help="retrieved passages per turn (default 5; MTRAG at most 10)")
+    p.add_argument("--llm", metavar="SPEC", help="generator LLM spec, e.g. openai:MODEL@http://HOST:8000/v1 (default: "
+                                                 "$CONVRAG_LLM, else the embedded SmolLM2-135M placeholder)")
+    p.add_argument("--config", default="all-tasks", help="MTRAG tasks config (default: all-tasks)")
+    p.add_argument("--split", help="split (default: MTRAG test; others the benchmark's evaluation split)")
+    p.add_argument("--corpus", default="auto", help="corpus kind for passage texts (default auto: the first built)")
+    p.add_argument("--max-turns", type=int, metavar="N", help="answer only the first N tasks / turns")
+    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
+                   help=f"answer length limit in tokens (default {DEFAULT_MAX_TOKENS})")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
+    p.add_argument("--passage-chars", type=int, default=DEFAULT_PASSAGE_CHARS,
+                   help=f"characters of each passage shown to the model (default {DEFAULT_PASSAGE_CHARS})")
+    p.add_argument("--history-chars", type=int, default=DEFAULT_HISTORY_CHARS,
+                   help=f"characters of earlier conversation shown, most recent first (default "
+                        f"{DEFAULT_HISTORY_CHARS}); the question is never cut")
+    p.add_argument("--concurrency", type=int, default=8, help="LLM calls in flight at once (default 8)")
+    p.add_argument("--cache", help="LLM cache folder (default: FILE.llm-cache beside the output)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.set_defaults(func=run_command)
+    return p
+
+
+def _check_args(args: argparse.Namespace) -> Path:
+    for flag, value in (("--concurrency", args.concurrency), ("--max-tokens", args.max_tokens),
+                        ("--passage-chars", args.passage_chars), ("--history-chars", args.history_chars)):  # fmt: skip
+        if value < (0 if flag == "--history-chars" else 1):
+            raise ConvragError(f"{flag} must be at least {0 if flag == '--history-chars' else 1}, got {value}")
+    if args.temperature < 0:
+        raise ConvragError(f"--temperature must be at least 0, got {args.temperature}")
+    out = Path(args.out)
+    if out.is_dir():
+        raise ConvragError(f"--out {out}: is a folder; give a file name such as answers.jsonl")
+    if not Path(args.folder).is_dir():
+        raise ConvragError(f"{args.folder}: no such folder (give a folder written by `convrag build`)")
+    return out
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """``convrag generate``: collect the items, answer them, write the answers, the report and the run."""
+    from convrag.evaluation.profile import profile_of
+    from convrag.generate.answer import generate_answers, judge_line, mtrag_line, write_jsonl_atomic
+    from convrag.generate.tasks import collect_items
+    from convrag.llm.spec import SPEC_ENV, is_placeholder
+    from convrag.manifest import read_manifest
+    from convrag.metrics.retrieval.trec import safe_token, write_run
+    from convrag.synthesis.engine import write_json_atomic
+
+    out = _check_args(args)
+    base = stem(out)
+    spec = args.llm or os.environ.get(SPEC_ENV) or "default"
+    manifest = read_manifest(args.folder)
+    profile = profile_of(manifest, source=str(Path(args.folder) / "README.md"))
+    if profile.generation is None:
+        raise ConvragError(f"{args.folder}: benchmark {manifest.get('benchmark')!r} declares no generation scheme: "
+                           "it has no reference answers to generate against")  # fmt: skip
+    progress = not args.no_progress and sys.stderr.isatty()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    llm = make_llm(spec, args.cache or f"{base}.llm-cache", args.concurrency)
+    collected = collect_items(args.folder, profile, args.mode, k=args.k, retriever=args.retriever,
+                              strategy=args.strategy, run_file=args.run, config=args.config, split=args.split,
+                              max_turns=args.max_turns, corpus=args.corpus, llm=llm, progress=progress)  # fmt: skip
+    items = collected.items
+    unit = "tasks" if collected.scheme == "mtrag" else "turns"
+    result = generate_answers(items, llm, max_tokens=args.max_tokens, temperature=args.temperature,
+                              passage_chars=args.passage_chars, history_chars=args.history_chars,
+                              concurrency=args.concurrency, progress=progress,
+                              desc=f"generate: {args.mode}, {len(items)} {unit}")  # fmt: skip
+    if collected.scheme == "judge":  # the judge-scored benchmarks' readers refuse empty predictions
+        for task_id in result.empty:
+            result.failures[task_id] = EMPTY_ANSWER
+            del result.answers[task_id]
+    label = generator_label(getattr(llm, "spec", spec))
+    lines = [mtrag_line(i, result.answers[i.task_id], args.mode) if collected.scheme == "mtrag"
+             else judge_line(i, result.answers[i.task_id], args.mode, label)
+             for i in items if i.task_id in result.answers]  # fmt: skip
+    write_jsonl_atomic(out, lines)
+    written = [str(out)]
+    run_path = None
+    if collected.run is not None:
+        run_path = Path(f"{base}.run.trec")
+        tmp = run_path.with_name(f".{run_path.name}.tmp")
+        write_run(collected.run, tmp, tag=safe_token(args.retriever or "run"))
+        os.replace(tmp, run_path)
+        written.append(str(run_path))
+    placeholder = is_placeholder(llm) if hasattr(llm, "backend") else is_placeholder(spec)
+    report = _report(args, manifest, collected, result, label, placeholder, out, run_path)
+    write_json_atomic(Path(f"{base}.report.json"), report)
+    written.append(f"{base}.report.json")
+    _print_report(report, result, written)
+    return 0
+
+
+def _report(args: argparse.Namespace, manifest: dict[str, Any], collected: Any, result: Any, label: str,
+            placeholder: bool, out: Path, run_path: Path | None) -> dict[str, Any]:
+    """What ``FILE.report.json`` holds."""
+    failed = [i.task_id for i in collected.items if i.task_id in result.failures]
+    info = collected.info
+    return {
+        "folder": str(args.folder), "benchmark": manifest.get("benchmark"), "scheme": collected.scheme,
+        "output": str(out), "mode": args.mode, "k": info.get("k"), "retriever": info.get("retriever"),
+        "strategy": info.get("strategy"), "strategy_spec": info.get("strategy_spec"), "run": info.get("run"),
+        "run_file_written": str(run_path) if run_path else None, "config": info.get("config"),
+        "split": info.get("split"), "corpus": info.get("corpus"), "generator": label, "placeholder": placeholder,
+        "prompt": "rag_answer",
+        "sampling": {"temperature": args.temperature, "max_tokens": args.max_tokens, "seed": 0},
+        "passage_chars": args.passage_chars, "history_chars": args.history_chars, "max_turns": args.max_turns,
+        "counts": {"items": len(collected.items), "answered": len(result.answers), "without_answer": len(failed),
+                   "empty_answers": len(result.empty),
+                   "without_passages": {note: len(ids) for note, ids in collected.notes().items()}},
+        "without_answer_ids": failed, "failures": {t: result.failures[t] for t in failed},
+        "empty_answer_ids": result.empty, "without_passages_ids": collected.notes(),
+        "llm": result.report.to_dict() if result.report is not None else None,
+        "llm_summary": result.report.summary() if result.report is not None else None,
+    }  # fmt: skip
+
+
+def _print_report(report: dict[str, Any], result: Any, written: list[str]) -> None:
+    from convrag.llm.spec import PLACEHOLDER_MODEL, REAL_MODEL_HINT
+
+    counts = report["counts"]
+    unit = "tasks" if report["scheme"] == "mtrag" else "turns"
+    if report["retriever"]:
+        passages = f", top {report['k']} of retriever {report['retriever']} ({report['strategy']})"
+    elif report["run"]:
+        passages = f", top {report['k']} of {report['run']}"
+    else:
+        passages = ""
+    print(f"generate ({report['mode']}{passages}): {counts['answered']} of {counts['items']} {unit} answered by "
+          f"{report['generator']}")
+    print(report["llm_summary"])
+    ids = report["without_answer_ids"]
+    print(f"{len(ids)} {unit} without an answer" + (f": {', '.join(ids[:20])}{' ...' if len(ids) > 20 else ''}"
+                                                    if ids else ""))  # fmt: skip
+    if ids and report["scheme"] == "mtrag":
+        print("  (convrag evaluate-generation scores the others with --allow-missing)")
+    if counts["empty_answers"]:
+        print(f"{counts['empty_answers']} empty answers (nothing left after the reasoning), kept as empty predictions")
+    for note, n in counts["without_passages"].items():
+        print(f"{n} {unit} without passages: {note}")
+    print("Wrote " + ", ".join(written))
+    if report["placeholder"]:
+        hint = REAL_MODEL_HINT.replace("point it", "Point --llm")
+        print(f"\nWarning: the answers come from the embedded {PLACEHOLDER_MODEL} placeholder: they only show that "
+              f"the plumbing works, they are not a system to evaluate. {hint}.")
