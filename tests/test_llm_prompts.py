@@ -47,6 +47,7 @@ SAMPLE_FIELDS.update({
                               "passages": ["It flows east.", "It ends in the Black Sea."]},
 })
 _DV_DOCS = [{"label": "doc_0", "text": "The Danube flows into the Black Sea."}]
+_DV_HISTORY = [{"query": "Where does the Danube start?", "answer": "In the Black Forest."}]
 _DV_ASPECT = {"name": "Danube mouth", "type": "detail", "excerpt": "It ends in the Black Sea."}
 SAMPLE_FIELDS.update({
     "rag_answer": {"question": "Where does it end?",
@@ -60,6 +61,20 @@ SAMPLE_FIELDS.update({
     "dv_aspect_suitability": _DV_ASPECT,
     "dv_aspect_order": {"conversation_strategy": "From basics to details.",
                         "aspects": [{"index": 0, "type": "detail", "name": "Danube mouth"}]},
+    "dv_subquestion": {"query": "Where does the Danube end?", "reasoning": "Needs its course.", "aspect_name": "Mouth",
+                       "aspect_type": "detail", "facts": ["The Danube ends in the Black Sea."], "previous": []},
+    "dv_doc_scores": {"sub_question": "Where is the Danube's mouth?", "reasoning": "Needs its course.",
+                      "facts": ["The Danube ends in the Black Sea."], "documents": _DV_DOCS},
+    "dv_query_first": {"topic": "Where does the Danube end?", "sub_question": "Where is the Danube's mouth?",
+                       "max_words": 20},
+    "dv_query_followup": {"topic": "Where does the Danube end?", "history": _DV_HISTORY,
+                          "sub_question": "Where is the Danube's mouth?", "openers": ["where does"], "max_words": 20},
+    "dv_answer": {"history": _DV_HISTORY, "query": "And where does it end?",
+                  "documents": ["The Danube flows into the Black Sea."], "min_sentences": 2, "max_sentences": 4},
+    "dv_turn_diversity": {"history": _DV_HISTORY, "answer": "It ends in the Black Sea."},
+    "dv_retrieval_reasoning": {"query": "And where does it end?", "sub_question": "Where is the Danube's mouth?",
+                               "aspect_name": "Mouth", "facts": ["The Danube ends in the Black Sea."],
+                               "selected": _DV_DOCS, "others": []},
     "dv_fact_verify": {"name": "Danube mouth", "excerpt": "It ends in the Black Sea.", "documents": _DV_DOCS,
                        "max_facts": 5},
 })

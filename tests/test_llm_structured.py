@@ -84,3 +84,10 @@ def test_json_schema_for() -> None:
     assert json_schema_for({"type": "object"}) == {"type": "object"}
     with pytest.raises(TypeError):
         json_schema_for(int)  # type: ignore[arg-type]
+
+
+def test_a_line_break_typed_inside_a_string_is_repaired() -> None:
+    reply = '{"answer": "Menthol binds TRPM8.\nThat receptor also senses cold.", "ok": true}'
+    value, repairs = extract_json(reply)
+    assert value == {"answer": "Menthol binds TRPM8.\nThat receptor also senses cold.", "ok": True}
+    assert repairs == ["control_characters"]

@@ -143,7 +143,8 @@ def extract_json(text: str) -> tuple[Any, list[str]]:
     """Parse the JSON value in a model reply; returns it with the names of the repairs applied.
 
     Repairs are trivial and safe: code fences and chatter around the value, trailing commas,
-    Python literals, single quotes, typographic quotes, and a reply cut off before its closing brackets.
+    Python literals, single quotes, typographic quotes, raw control characters (a line break typed inside a
+    string) and a reply cut off before its closing brackets.
     """
     s = text.strip()
     try:
@@ -180,6 +181,10 @@ def extract_json(text: str) -> tuple[Any, list[str]]:
             return json.loads(s), repairs
         except json.JSONDecodeError as exc:
             last_err = exc
+    try:
+        return json.loads(s, strict=False), [*repairs, "control_characters"]
+    except json.JSONDecodeError:
+        pass
     raise ParseError(f"reply is not valid JSON ({last_err}): {text[:200]!r}")
 
 
