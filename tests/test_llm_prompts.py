@@ -50,6 +50,8 @@ _DV_DOCS = [{"label": "doc_0", "text": "The Danube flows into the Black Sea."}]
 _DV_HISTORY = [{"query": "Where does the Danube start?", "answer": "In the Black Forest."}]
 _DV_ASPECT = {"name": "Danube mouth", "type": "detail", "excerpt": "It ends in the Black Sea."}
 SAMPLE_FIELDS.update({
+    "gen_recor_judge": {"question": "q", "answer": "a", "reference": "r", "history": "Q: x\nA: y",
+                        "passages": ["p1", "p2"]},
     "rag_answer": {"question": "Where does it end?",
                    "history": [{"role": "user", "content": "Where does the Danube start?"},
                                {"role": "assistant", "content": "In Germany."}],
