@@ -47,9 +47,11 @@ def fraction(name: str, value: Any) -> float:
 class AlignmentReply(BaseModel):
     """The alignment judge's structured reply (appendix F's output fields)."""
 
-    key_claims: list[str] = Field(description="the answer's main claims, 3 to 5")
-    supported_claims: list[str] = Field(default_factory=list, description="key claims the documents support")
-    unsupported_claims: list[str] = Field(default_factory=list, description="key claims they do not support")
+    key_claims: list[str] = Field(max_length=5, description="the answer's main claims, 3 to 5")
+    supported_claims: list[str] = Field(default_factory=list, max_length=5,
+                                        description="key claims the documents support")
+    unsupported_claims: list[str] = Field(default_factory=list, max_length=5,
+                                          description="key claims they do not support")
     coverage_percentage: float = Field(ge=0.0, le=1.0, description="share of key claims supported, 0.0 to 1.0")
     is_sufficient: bool = Field(description="whether the documents can support the answer")
 
@@ -72,14 +74,17 @@ class Align(DVStage):
     upstream = "load"
 
     def __init__(self, *, min_coverage: float = 0.5, doc_chars: int = 2000, max_documents: int = 10,
-                 llm: str | None = None, concurrency: int = 8, shard_size: int = 32) -> None:
+                 max_tokens: int | None = None, llm: str | None = None, concurrency: int = 8,
+                 shard_size: int = 32) -> None:
         super().__init__(llm=llm, concurrency=concurrency, shard_size=shard_size)
         self.min_coverage = fraction("min_coverage", min_coverage)
         self.doc_chars = whole_number("doc_chars", doc_chars, 50)
         self.max_documents = whole_number("max_documents", max_documents)
+        self.set_cap(max_tokens)
 
     def params_extra(self) -> dict[str, Any]:
-        return {"min_coverage": self.min_coverage, "doc_chars": self.doc_chars, "max_documents": self.max_documents}
+        return {"min_coverage": self.min_coverage, "doc_chars": self.doc_chars, "max_documents": self.max_documents,
+                "max_tokens": self.max_tokens}
 
     def item_cost(self) -> tuple[int, int, int]:
         return 1, 1200 + min(self.max_documents, 4) * self.doc_chars, 1200
@@ -90,7 +95,7 @@ class Align(DVStage):
             raise Drop("align: no documents")
         fields = {"answer": item["answer"], "documents": documents_field(documents, self.doc_chars)}
         try:
-            reply = ask(llm, "dv_alignment", fields, AlignmentReply, sampling(0.0, MAX_TOKENS), tokens,
+            reply = ask(llm, "dv_alignment", fields, AlignmentReply, sampling(0.0, self.cap(MAX_TOKENS)), tokens,
                         check=check_alignment)
         except UnparsableReply as err:
             raise Drop(f"align: {failure_reason('alignment', err)}") from None

@@ -54,6 +54,8 @@ EXCERPT_SHARE = 0.8
 DEFAULT_STRATEGY = ("Open with what the topic is and the basic idea behind it, go on to how it works and why, then "
                     "to concrete examples, and close with consequences and wider implications.")
 EXTRACT_TOKENS, JUDGE_TOKENS, ORDER_TOKENS = 900, 250, 300
+#: the most aspects one extraction reply may hold (the prompt asks for ``num_aspects``)
+MAX_CANDIDATES = 8
 _WORD = re.compile(r"[^\W_]+")
 
 
@@ -62,14 +64,14 @@ class AspectCandidate(BaseModel):
 
     aspect_name: str = Field(default="", description="specific name, 3-6 words")
     aspect_type: str = Field(default="", description=" | ".join(ASPECT_TYPES))
-    excerpt: str = Field(default="", description="text copied word for word from the answer")
+    excerpt: str = Field(default="", max_length=500, description="text copied word for word from the answer")
     distinct_from_existing: str = Field(default="", description="how it differs from the aspects already found")
 
 
 class ExtractionReply(BaseModel):
     """The extractor's structured reply."""
 
-    aspects: list[AspectCandidate]
+    aspects: list[AspectCandidate] = Field(max_length=MAX_CANDIDATES)
     extraction_notes: str = ""
 
 
@@ -93,7 +95,7 @@ class SuitabilityReply(BaseModel):
 class OrderReply(BaseModel):
     """The ordering judge's structured reply."""
 
-    ordered_indices: list[int] = Field(description="every aspect number once, in conversation order")
+    ordered_indices: list[int] = Field(max_length=64, description="every aspect number once, in conversation order")
     reasoning: str = ""
 
 
@@ -144,7 +146,8 @@ class Aspects(DVStage):
     upstream = "align"
 
     def __init__(self, *, num_aspects: int = 3, max_rounds: int = 3, max_aspects: int = 12, min_aspects: int = 3,
-                 conversation_strategy: str = DEFAULT_STRATEGY, llm: str | None = None, concurrency: int = 8,
+                 conversation_strategy: str = DEFAULT_STRATEGY, max_tokens: int | None = None,
+                 llm: str | None = None, concurrency: int = 8,
                  shard_size: int = 32) -> None:
         super().__init__(llm=llm, concurrency=concurrency, shard_size=shard_size)
         self.num_aspects = whole_number("num_aspects", num_aspects)
@@ -156,10 +159,12 @@ class Aspects(DVStage):
         if not isinstance(conversation_strategy, str) or not conversation_strategy.strip():
             raise ConvragError(f"conversation_strategy must be a non-empty text, got {conversation_strategy!r}")
         self.conversation_strategy = " ".join(conversation_strategy.split())
+        self.set_cap(max_tokens)
 
     def params_extra(self) -> dict[str, Any]:
         return {"num_aspects": self.num_aspects, "max_rounds": self.max_rounds, "max_aspects": self.max_aspects,
-                "min_aspects": self.min_aspects, "conversation_strategy": self.conversation_strategy}
+                "min_aspects": self.min_aspects, "conversation_strategy": self.conversation_strategy,
+                "max_tokens": self.max_tokens}
 
     def item_cost(self) -> tuple[int, int, int]:
         per_round = 1 + 2 * self.num_aspects
@@ -184,14 +189,14 @@ class Aspects(DVStage):
         if accepted:
             try:
                 overlap = ask(llm, "dv_aspect_overlap", {**aspect, "existing": _summaries(accepted)}, OverlapReply,
-                              sampling(0.0, JUDGE_TOKENS), tokens)
+                              sampling(0.0, self.cap(JUDGE_TOKENS)), tokens)
             except UnparsableReply:
                 return "rejected: overlap check unparsable", None
             if overlap.has_overlap:
                 return "rejected: overlap", None
         try:
-            suitable = ask(llm, "dv_aspect_suitability", aspect, SuitabilityReply, sampling(0.0, JUDGE_TOKENS), tokens,
-                           check=check_suitability)
+            suitable = ask(llm, "dv_aspect_suitability", aspect, SuitabilityReply,
+                           sampling(0.0, self.cap(JUDGE_TOKENS)), tokens, check=check_suitability)
         except UnparsableReply:
             return "rejected: suitability check unparsable", None
         category = suitable.aspect_category.strip().lower()
@@ -212,7 +217,8 @@ class Aspects(DVStage):
                       "num_aspects": min(self.num_aspects, self.max_aspects - len(accepted)),
                       "existing": _summaries(accepted)}
             try:
-                reply = ask(llm, "dv_aspect_extract", fields, ExtractionReply, sampling(0.0, EXTRACT_TOKENS), tokens)
+                reply = ask(llm, "dv_aspect_extract", fields, ExtractionReply,
+                            sampling(0.0, self.cap(EXTRACT_TOKENS)), tokens)
             except UnparsableReply:
                 counts["aspects: round rejected: reply unparsable after re-asks"] += 1
                 break
@@ -241,7 +247,7 @@ class Aspects(DVStage):
         fields = {"conversation_strategy": self.conversation_strategy,
                   "aspects": [{"index": i, "type": a["type"], "name": a["name"]} for i, a in enumerate(aspects)]}
         try:
-            reply = ask(llm, "dv_aspect_order", fields, OrderReply, sampling(0.0, ORDER_TOKENS), tokens,
+            reply = ask(llm, "dv_aspect_order", fields, OrderReply, sampling(0.0, self.cap(ORDER_TOKENS)), tokens,
                         check=order_check(len(aspects)))
         except UnparsableReply:
             counts["aspects: ordering unusable, extraction order kept"] += 1

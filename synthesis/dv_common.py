@@ -119,6 +119,8 @@ class DVStage(RecordStage):
     """
 
     upstream: str = ""
+    #: a cap on every call's completion tokens (None: each call's own budget)
+    max_tokens: int | None = None
 
     def __init__(self, *, llm: str | None = None, concurrency: int = 8, shard_size: int = 32) -> None:
         for name, value in (("concurrency", concurrency), ("shard_size", shard_size)):
@@ -129,6 +131,17 @@ class DVStage(RecordStage):
         self._llm: LLM | None = None
         #: items the run starts from (set by the pipeline), for estimates before earlier stages ran
         self.expected_items: int | None = None
+
+    def cap(self, budget: int) -> int:
+        """A call's completion-token ``budget`` under the stage's ``max_tokens`` cap."""
+        return budget if self.max_tokens is None else min(budget, self.max_tokens)
+
+    def set_cap(self, max_tokens: int | None) -> None:
+        """Check and keep the ``max_tokens`` cap (None or a whole number >= 16)."""
+        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
+                                       or max_tokens < 16):
+            raise ConvragError(f"max_tokens must be a whole number >= 16, got {max_tokens!r}")
+        self.max_tokens = max_tokens
 
     # -- what subclasses give ---------------------------------------------------------------------------------
     def params_extra(self) -> dict[str, Any]:

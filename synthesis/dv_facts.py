@@ -41,7 +41,7 @@ _LABEL = re.compile(r"doc[_ ]?(\d+)", re.I)
 class ExtractedFact(BaseModel):
     """One atomic fact and its verdict."""
 
-    fact: str = Field(description="the atomic fact, 5-15 words")
+    fact: str = Field(max_length=300, description="the atomic fact, 5-15 words")
     is_supported: bool
     supporting_doc_id: str | int | None = Field(default=None, description="doc_X of a supporting document, or null")
     reason: str = ""
@@ -50,9 +50,9 @@ class ExtractedFact(BaseModel):
 class FactReply(BaseModel):
     """The fact extractor-verifier's structured reply (appendix F's output fields)."""
 
-    extracted_facts: list[ExtractedFact]
-    supported_facts: list[str] = Field(default_factory=list)
-    unsupported_facts: list[str] = Field(default_factory=list)
+    extracted_facts: list[ExtractedFact] = Field(max_length=10)
+    supported_facts: list[str] = Field(default_factory=list, max_length=10)
+    unsupported_facts: list[str] = Field(default_factory=list, max_length=10)
     summary: dict[str, Any] | None = None
 
 
@@ -106,15 +106,18 @@ class Facts(DVStage):
     name = "facts"
     upstream = "aspects"
 
-    def __init__(self, *, max_facts: int = 5, doc_chars: int = 2000, min_aspects: int = 3, llm: str | None = None,
-                 concurrency: int = 8, shard_size: int = 32) -> None:
+    def __init__(self, *, max_facts: int = 5, doc_chars: int = 2000, min_aspects: int = 3,
+                 max_tokens: int | None = None, llm: str | None = None, concurrency: int = 8,
+                 shard_size: int = 32) -> None:
         super().__init__(llm=llm, concurrency=concurrency, shard_size=shard_size)
         self.max_facts = whole_number("max_facts", max_facts)
         self.doc_chars = whole_number("doc_chars", doc_chars, 50)
         self.min_aspects = whole_number("min_aspects", min_aspects)
+        self.set_cap(max_tokens)
 
     def params_extra(self) -> dict[str, Any]:
-        return {"max_facts": self.max_facts, "doc_chars": self.doc_chars, "min_aspects": self.min_aspects}
+        return {"max_facts": self.max_facts, "doc_chars": self.doc_chars, "min_aspects": self.min_aspects,
+                "max_tokens": self.max_tokens}
 
     def item_cost(self) -> tuple[int, int, int]:
         return 6, 6 * (1000 + 3 * self.doc_chars), 6 * 600
@@ -129,7 +132,7 @@ class Facts(DVStage):
             fields = {"name": aspect["name"], "excerpt": aspect["excerpt"], "documents": shown,
                       "max_facts": self.max_facts}
             try:
-                reply = ask(llm, "dv_fact_verify", fields, FactReply, sampling(0.0, MAX_TOKENS), tokens,
+                reply = ask(llm, "dv_fact_verify", fields, FactReply, sampling(0.0, self.cap(MAX_TOKENS)), tokens,
                             check=fact_check(self.max_facts))
             except UnparsableReply:
                 counts["facts: aspect rejected: reply unparsable after re-asks"] += 1

@@ -346,10 +346,15 @@ def test_options_are_checked(cls: type, options: dict[str, Any], message: str) -
 
 def test_params_hold_every_option() -> None:
     assert Align(min_coverage=1).params() == {"llm": "$CONVRAG_LLM or default", "shard_size": 32,
-                                              "min_coverage": 1.0, "doc_chars": 2000, "max_documents": 10}
+                                              "min_coverage": 1.0, "doc_chars": 2000, "max_documents": 10,
+                                              "max_tokens": None}
     assert set(Aspects().params()) >= {"num_aspects", "max_rounds", "max_aspects", "min_aspects",
                                        "conversation_strategy"}
-    assert set(Facts(llm="fake").params()) == {"llm", "shard_size", "max_facts", "doc_chars", "min_aspects"}
+    assert set(Facts(llm="fake").params()) == {"llm", "shard_size", "max_facts", "doc_chars", "min_aspects",
+                                               "max_tokens"}
+    assert Facts(max_tokens=64).cap(700) == 64 and Facts().cap(700) == 700
+    with pytest.raises(ConvragError, match="max_tokens must be a whole number >= 16"):
+        Aspects(max_tokens=8)
     json.dumps([Align().params(), Aspects().params(), Facts().params()])
 
 
