@@ -11,7 +11,8 @@ candidate of a round, in the reply's order, must pass, else it is rejected with 
 
 1. a non-empty name and excerpt (``empty name or excerpt``);
 2. a type among the paper's ten, :data:`ASPECT_TYPES` (case and spaces ignored; ``unknown type``);
-3. an excerpt taken from the answer (``excerpt not from the answer``): at least :data:`EXCERPT_SHARE` of its word
+3. an excerpt taken from the answer (``excerpt not from the answer``): at least ``excerpt_share`` (default
+   :data:`EXCERPT_SHARE`) of its word
    tokens (lower-cased letters and digits) occur among the answer's tokens. This allows a model's small copying
    slips (a changed inflection, a dropped comma) but not a paraphrase or invented text;
 4. a name unlike every accepted aspect's (case ignored; ``duplicate name``: no call spent);
@@ -37,13 +38,13 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from convrag.errors import ConvragError
 from convrag.llm import LLM, UnparsableReply
-from convrag.synthesis.dv_align import whole_number
+from convrag.synthesis.dv_align import fraction, whole_number
 from convrag.synthesis.dv_common import Drop, DVStage, Outcome, Tokens, ask, sampling
 
 #: the paper's ten aspect types
@@ -85,11 +86,12 @@ class OverlapReply(BaseModel):
 
 
 class SuitabilityReply(BaseModel):
-    """The suitability judge's structured reply."""
+    """The suitability judge's structured reply. The category (one of three, enforced by the schema) decides;
+    ``should_generate`` is the paper's redundant flag and is not held against a reply."""
 
-    should_generate: bool
-    reason: str = ""
-    aspect_category: str = Field(description="substantive | meta | insufficient")
+    should_generate: bool = True
+    reason: str = Field(default="", max_length=400)
+    aspect_category: Literal["substantive", "meta", "insufficient"]
 
 
 class OrderReply(BaseModel):
@@ -104,21 +106,11 @@ def words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
-def excerpt_from(excerpt: str, answer: str) -> bool:
-    """Whether ``excerpt`` comes from ``answer``: >= EXCERPT_SHARE of its word tokens occur in the answer."""
+def excerpt_from(excerpt: str, answer: str, share: float = EXCERPT_SHARE) -> bool:
+    """Whether ``excerpt`` comes from ``answer``: >= ``share`` of its word tokens occur in the answer."""
     tokens = words(excerpt)
     vocabulary = set(words(answer))
-    return bool(tokens) and sum(t in vocabulary for t in tokens) >= EXCERPT_SHARE * len(tokens)
-
-
-def check_suitability(reply: SuitabilityReply) -> str | None:
-    """A problem to feed back, or None: a known category, consistent with should_generate."""
-    category = reply.aspect_category.strip().lower()
-    if category not in ("substantive", "meta", "insufficient"):
-        return f"aspect_category must be substantive, meta or insufficient, got {reply.aspect_category!r}"
-    if reply.should_generate != (category == "substantive"):
-        return "should_generate must be true exactly when aspect_category is substantive"
-    return None
+    return bool(tokens) and sum(t in vocabulary for t in tokens) >= share * len(tokens)
 
 
 def order_check(n: int) -> Any:
@@ -146,7 +138,8 @@ class Aspects(DVStage):
     upstream = "align"
 
     def __init__(self, *, num_aspects: int = 3, max_rounds: int = 3, max_aspects: int = 12, min_aspects: int = 3,
-                 conversation_strategy: str = DEFAULT_STRATEGY, max_tokens: int | None = None,
+                 conversation_strategy: str = DEFAULT_STRATEGY, excerpt_share: float = EXCERPT_SHARE,
+                 max_tokens: int | None = None,
                  llm: str | None = None, concurrency: int = 8,
                  shard_size: int = 32) -> None:
         super().__init__(llm=llm, concurrency=concurrency, shard_size=shard_size)
@@ -159,12 +152,13 @@ class Aspects(DVStage):
         if not isinstance(conversation_strategy, str) or not conversation_strategy.strip():
             raise ConvragError(f"conversation_strategy must be a non-empty text, got {conversation_strategy!r}")
         self.conversation_strategy = " ".join(conversation_strategy.split())
+        self.excerpt_share = fraction("excerpt_share", excerpt_share)
         self.set_cap(max_tokens)
 
     def params_extra(self) -> dict[str, Any]:
         return {"num_aspects": self.num_aspects, "max_rounds": self.max_rounds, "max_aspects": self.max_aspects,
                 "min_aspects": self.min_aspects, "conversation_strategy": self.conversation_strategy,
-                "max_tokens": self.max_tokens}
+                "excerpt_share": self.excerpt_share, "max_tokens": self.max_tokens}
 
     def item_cost(self) -> tuple[int, int, int]:
         per_round = 1 + 2 * self.num_aspects
@@ -181,7 +175,7 @@ class Aspects(DVStage):
             return "rejected: empty name or excerpt", None
         if kind not in ASPECT_TYPES:
             return "rejected: unknown type", None
-        if not excerpt_from(excerpt, answer):
+        if not excerpt_from(excerpt, answer, self.excerpt_share):
             return "rejected: excerpt not from the answer", None
         if name.casefold() in {a["name"].casefold() for a in accepted}:
             return "rejected: duplicate name", None
@@ -196,7 +190,7 @@ class Aspects(DVStage):
                 return "rejected: overlap", None
         try:
             suitable = ask(llm, "dv_aspect_suitability", aspect, SuitabilityReply,
-                           sampling(0.0, self.cap(JUDGE_TOKENS)), tokens, check=check_suitability)
+                           sampling(0.0, self.cap(JUDGE_TOKENS)), tokens)
         except UnparsableReply:
             return "rejected: suitability check unparsable", None
         category = suitable.aspect_category.strip().lower()

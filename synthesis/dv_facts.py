@@ -24,11 +24,12 @@ aspect, where fate is ``verified``, ``not supported``, ``unknown document`` or `
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
 from convrag.llm import LLM, UnparsableReply
 from convrag.synthesis.dv_align import whole_number
@@ -54,6 +55,15 @@ class FactReply(BaseModel):
     supported_facts: list[str] = Field(default_factory=list, max_length=10)
     unsupported_facts: list[str] = Field(default_factory=list, max_length=10)
     summary: dict[str, Any] | None = None
+
+
+@functools.cache
+def fact_reply(max_facts: int) -> type[FactReply]:
+    """:class:`FactReply` with every list bounded by ``max_facts``, so that constrained decoding ends the reply."""
+    bounded = (list[ExtractedFact], Field(max_length=max_facts))
+    strings = (list[str], Field(default_factory=list, max_length=max_facts))
+    return create_model("FactReply", __base__=FactReply, __doc__=FactReply.__doc__, extracted_facts=bounded,
+                        supported_facts=strings, unsupported_facts=strings)
 
 
 def fact_check(max_facts: int) -> Any:
@@ -132,8 +142,8 @@ class Facts(DVStage):
             fields = {"name": aspect["name"], "excerpt": aspect["excerpt"], "documents": shown,
                       "max_facts": self.max_facts}
             try:
-                reply = ask(llm, "dv_fact_verify", fields, FactReply, sampling(0.0, self.cap(MAX_TOKENS)), tokens,
-                            check=fact_check(self.max_facts))
+                reply = ask(llm, "dv_fact_verify", fields, fact_reply(self.max_facts),
+                            sampling(0.0, self.cap(MAX_TOKENS)), tokens, check=fact_check(self.max_facts))
             except UnparsableReply:
                 counts["facts: aspect rejected: reply unparsable after re-asks"] += 1
                 log.append({"name": aspect["name"], "extracted": [], "verified": 0, "kept": False})

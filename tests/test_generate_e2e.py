@@ -1,11 +1,11 @@
 """Slow: `convrag generate` with the real embedded model (``--llm default``: SmolLM2-135M through llama.cpp), kept
 tiny (2 turns per run, 48 tokens per answer, short passages). MTRAG-UN oracle and retrieved (bm25) answers are
-scored by `convrag evaluate-generation` with the default judge; the RECOR sample gets all three modes (the RECOR
-scorer is separate: only the shape of its input is checked here). A rerun on the same cache makes no LLM call."""
+scored by `convrag evaluate-generation` with the default judge; the RECOR sample gets all three modes, then the three
+files are scored together by `convrag evaluate-generation` (RECOR's five judge dimensions, ROUGE-L, BERTScore, the
+retrieval-generation correlation from the bm25 run). A rerun on the same cache makes no LLM call."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +14,6 @@ import datasets
 import pytest
 
 import convrag.cli as cli
-from convrag.generate.command import add_parser
 
 from .conftest import DATA
 
@@ -29,16 +28,6 @@ WARNING = "Warning: the answers come from the embedded SmolLM2-135M placeholder"
 @pytest.fixture(autouse=True)
 def _setup(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("CONVRAG_LLM", raising=False)
-    original = cli.build_parser
-
-    def parser() -> argparse.ArgumentParser:
-        built = original()
-        sub = next(a for a in built._actions if isinstance(a, argparse._SubParsersAction))
-        if "generate" not in sub.choices:
-            add_parser(sub)
-        return built
-
-    monkeypatch.setattr(cli, "build_parser", parser)
     datasets.disable_progress_bars()
     yield
     datasets.enable_progress_bars()
@@ -89,7 +78,7 @@ def test_mtrag_oracle_and_bm25_answers_scored_by_evaluate_generation(tmp_path: P
         assert summary["judge"]["placeholder"]
 
 
-def test_recor_sample_in_every_mode(tmp_path: Path, capsys) -> None:
+def test_recor_sample_generated_in_every_mode_and_scored(tmp_path: Path, capsys) -> None:
     built = tmp_path / "recor"
     run(capsys, "build", "recor", "--source", str(DATA / "recor" / "sample"), "--out", str(built))
     for mode, extra in (("oracle", []), ("retrieved", ["--retriever", "bm25", "--k", "2"]), ("none", [])):
@@ -108,3 +97,18 @@ def test_recor_sample_in_every_mode(tmp_path: Path, capsys) -> None:
                 assert all(c["score"] == 1.0 for c in g["contexts"])
             if mode == "retrieved":
                 assert len(g["contexts"]) == 2
+    files = [a for mode in ("oracle", "retrieved", "none") for a in ("--predictions", str(tmp_path / f"{mode}.jsonl"))]
+    out = run(capsys, "evaluate-generation", str(built), *files,
+              "--judge", "default", "--allow-missing", "--lexical", "rouge-l,bertscore", "--max-tokens", "120",
+              "--concurrency", "1", "--cache", str(tmp_path / "judge-cache"), "--out", str(tmp_path / "scores"),
+              "--no-progress")  # fmt: skip
+    assert "Table 8" in out
+    summary = json.loads((tmp_path / "scores" / "results.json").read_text())
+    systems = {s["mode"]: s for s in summary["systems"]}
+    assert set(systems) == {"oracle", "retrieved", "none"}
+    assert all(s["turns"] == 2 and s["judged"] + len(s["failed"]) == 2 for s in systems.values())
+    assert summary["counts"]["missing_predictions"] == 3 * 11  # 13 turns in the sample, 2 answered per mode
+    rows = [json.loads(x) for x in (tmp_path / "scores" / "per_turn.jsonl").read_text().splitlines()]
+    # the bm25 run written beside the retrieved answers gives each retrieved turn its nDCG@10
+    assert all(r.get("ndcg@10") is not None for r in rows if r["mode"] == "retrieved")
+    assert all(0.0 <= r["lexical"]["rouge-l"] <= 1.0 for r in rows)

@@ -29,7 +29,8 @@ LOOSE = ["--option", "input_format=bright", "--option", f"documents={FIXTURES / 
          "--option", "min_coverage=0", "--option", "num_aspects=2", "--option", "max_rounds=1",
          "--option", "min_aspects=1", "--option", "max_facts=2", "--option", "min_turns=1", "--option", "max_turns=2",
          "--option", "threshold=0", "--option", "doc_chars=400", "--option", "min_distinct_documents=1",
-         "--option", "answer_sentences=1-4", "--option", "query_words=60", "--option", "max_tokens=160",
+         "--option", "answer_sentences=1-6", "--option", "query_words=60", "--option", "max_tokens=256",
+         "--option", "excerpt_share=0",
          "--concurrency", "2"]
 
 
