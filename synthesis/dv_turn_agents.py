@@ -162,14 +162,16 @@ def meta_reference(text: str) -> str | None:
 
 class Checker:
     """A ``check`` for :func:`convrag.synthesis.dv_common.ask` that remembers the kind of the last problem it
-    found (``""`` when none), so that a reply that never passes is counted by why."""
+    found (``""`` when none), so that a reply that never passes is counted by why. With ``enforce`` False a
+    problem is only remembered (the reply is kept and the caller counts it), never fed back."""
 
-    def __init__(self) -> None:
+    def __init__(self, enforce: bool = True) -> None:
         self.last = ""
+        self.enforce = enforce
 
-    def fail(self, kind: str, message: str) -> str:
+    def fail(self, kind: str, message: str) -> str | None:
         self.last = kind
-        return message
+        return message if self.enforce else None
 
 
 def subquestion_check(previous: Sequence[str], checker: Checker) -> Any:

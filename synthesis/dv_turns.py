@@ -32,6 +32,11 @@ and the model re-asked, and a reply that never passes rejects the turn, counted 
    sentence on which documents to retrieve and which to avoid, plus ``{target_information, relevance_signals
    (2-4 phrases), irrelevance_signals (1-3 phrases)}``.
 
+``enforce_form`` (default true): the form checks of steps 3, 4 and 6 (length, opener, sentence count, meta
+reference, signal lists) re-ask and reject. Set false, a reply that fails them is kept and counted
+(``turns: kept with <step> <problem> (enforce_form off)``): for inspecting what a weak model writes, never
+for a release.
+
 A rejected turn leaves no gap: kept turns are numbered 1, 2, ... Conversation level: fewer than ``min_turns``
 turns -> the item is dropped. Document diversity across turns (section 3.2.3): with ``required =
 min(min_distinct_documents, candidates)`` >= 2, the turns' gold documents must together cover at least
@@ -118,6 +123,7 @@ class Turns(DVStage):
 
     def __init__(self, *, threshold: float = 5.0, max_turns: int = 12, min_turns: int = 3, max_candidates: int = 10,
                  doc_chars: int = 2000, query_words: int = 20, history_turns: int = 3, min_distinct_documents: int = 2,
+                 enforce_form: bool = True,
                  answer_sentences: str | Sequence[int] = "2-4", temperature: float = 0.7,
                  judge_temperature: float = 0.0, max_tokens: int = 1024, llm: str | None = None,
                  concurrency: int = 8, shard_size: int = 32) -> None:
@@ -138,6 +144,9 @@ class Turns(DVStage):
         self.max_turns, self.min_turns, self.max_candidates = max_turns, min_turns, max_candidates
         self.doc_chars, self.query_words, self.history_turns = doc_chars, query_words, history_turns
         self.answer_sentences = parse_sentences(answer_sentences)
+        if not isinstance(enforce_form, bool):
+            raise ConvragError(f"enforce_form must be true or false, got {enforce_form!r}")
+        self.enforce_form = enforce_form
         self.temperature, self.judge_temperature = float(temperature), float(judge_temperature)
         self.max_tokens, self.min_distinct_documents = max_tokens, min_distinct_documents
 
@@ -146,6 +155,7 @@ class Turns(DVStage):
         return {"threshold": self.threshold, "max_turns": self.max_turns, "min_turns": self.min_turns,
                 "max_candidates": self.max_candidates, "doc_chars": self.doc_chars, "query_words": self.query_words,
                 "history_turns": self.history_turns, "answer_sentences": f"{low}-{high}",
+                "enforce_form": self.enforce_form,
                 "temperature": self.temperature, "judge_temperature": self.judge_temperature,
                 "max_tokens": self.max_tokens, "min_distinct_documents": self.min_distinct_documents}
 
@@ -183,6 +193,12 @@ class Turns(DVStage):
             kind = (checker.last if checker is not None else "") or "unparsable"
             raise _Rejected(f"{step} {kind} after re-asks") from None
 
+    @staticmethod
+    def _kept(checker: Checker, step: str, counts: Counter[str]) -> None:
+        """Count a reply kept although it failed its form check (only with ``enforce_form`` off)."""
+        if checker.last and not checker.enforce:
+            counts[f"turns: kept with {step} {checker.last} (enforce_form off)"] += 1
+
     def _turn(self, item: dict[str, Any], aspect: dict[str, Any], documents: list[dict[str, Any]],
               shown: list[dict[str, str]], turns: list[dict[str, Any]], llm: LLM, tokens: Tokens,
               counts: Counter[str]) -> dict[str, Any]:
@@ -209,7 +225,7 @@ class Turns(DVStage):
         if not gold:
             raise _Rejected("no document above threshold")
         # 3. the user's query
-        checker = Checker()
+        checker = Checker(self.enforce_form)
         used = [opener(t["query"]) for t in turns]
         check = query_check(self.query_words, used, checker)
         if turns:
@@ -221,13 +237,15 @@ class Turns(DVStage):
                 "topic": item["query"], "sub_question": sub_question, "max_words": self.query_words},
                 QueryReply, tokens, check, checker)
         query = squash(query_reply.conversational_query)
+        self._kept(checker, "query", counts)
         # 4. grounded answer from the gold documents only
-        checker = Checker()
+        checker = Checker(self.enforce_form)
         text_of = {str(d["doc_id"]): s["text"] for d, s in zip(documents, shown, strict=True)}
         low, high = self.answer_sentences
         answer = squash(self._ask("answer", llm, "dv_answer", {
             "history": history, "query": query, "documents": [text_of[g] for g in gold], "min_sentences": low,
             "max_sentences": high}, AnswerReply, tokens, answer_check(low, high, checker), checker).answer)
+        self._kept(checker, "answer", counts)
         # 5. turn diversity (from the second kept turn on)
         if turns:
             verdict = self._ask("diversity", llm, "dv_turn_diversity", {"history": history, "answer": answer},
@@ -235,13 +253,14 @@ class Turns(DVStage):
             if not verdict.adds_value:
                 raise _Rejected(f"adds no value ({value_kind(verdict.value_type)})")
         # 6. retrieval reasoning annotation
-        checker = Checker()
+        checker = Checker(self.enforce_form)
         label_of = {str(d["doc_id"]): s for d, s in zip(documents, shown, strict=True)}
         reasoning = self._ask("retrieval reasoning", llm, "dv_retrieval_reasoning", {
             "query": query, "sub_question": sub_question, "aspect_name": aspect["name"], "facts": facts,
             "selected": [label_of[g] for g in gold],
             "others": [s for d, s in zip(documents, shown, strict=True) if str(d["doc_id"]) not in gold]},
             ReasoningReply, tokens, reasoning_check(checker), checker)
+        self._kept(checker, "retrieval reasoning", counts)
         return {"turn": len(turns) + 1, "aspect": aspect["name"], "sub_question": sub_question, "query": query,
                 "answer": answer, "gold_doc_ids": gold, "doc_scores": doc_scores,
                 "subquestion_reasoning": squash(reasoning.reasoning),

@@ -238,6 +238,19 @@ def test_meta_reference_and_short_answer_are_re_asked() -> None:
     assert "'document'" in retries[0] and "1 sentence(s)" in retries[1]
 
 
+def test_with_enforce_form_off_failing_replies_are_kept_and_counted() -> None:
+    meta = json.dumps({"answer": "The document says that Huntington's starts between 30 and 50. Carriers often "
+                                 "have children first."})
+    long = json.dumps({"conversational_query": "So I keep wondering, in plain terms, why do the harmful genes keep "
+                       "on hanging around in families for so long?"})
+    record, counts, _, calls = run_item({("answer", 3): [meta], ("query_followup", 2): [long]}, enforce_form=False)
+    assert record["turns"][2]["answer"].startswith("The document says") and record["turns"][1]["query"].startswith(
+        "So I keep wondering")
+    assert calls.count(("answer", 3)) == 1 and calls.count(("query_followup", 2)) == 1
+    assert counts == Counter({"turns: kept with answer with a meta reference (enforce_form off)": 1,
+                              "turns: kept with query too long (enforce_form off)": 1})
+
+
 def test_repetitive_turn_is_rejected_and_numbering_stays_consecutive() -> None:
     verdict = ('{"adds_value": false, "value_type": "repetitive", "reason": "It restates the late-acting '
                'mutation point."}')
