@@ -83,7 +83,7 @@ def test_dv_killed_mid_run_resumes_builds_and_evaluates(tmp_path: Path) -> None:
 
     built = tmp_path / "built"
     assert main(["build", "recor", "--source", str(out / "release"), "--out", str(built)]) == 0
-    assert main(["evaluate", str(built), "--retrievers", "bm25", "--strategies", "baseline,history",
+    assert main(["evaluate", str(built), "--retrievers", "bm25", "--strategies", "baseline,reasoning",
                  "--bootstrap", "20", "--no-progress", "--out", str(tmp_path / "results")]) == 0
     results = json.loads((tmp_path / "results" / "results.json").read_text())
     turns = sum(len(i["turns"]) for i in items)
