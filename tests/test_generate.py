@@ -9,7 +9,6 @@ some with a reasoning block before ``</think>``.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import glob
 import json
@@ -28,7 +27,7 @@ from convrag.errors import DataError
 from convrag.evaluation.generation import read_built_tasks
 from convrag.evaluation.mtrag import ranked, write_submission
 from convrag.generate.answer import cut, fit_history, render_prompt
-from convrag.generate.command import add_parser, generator_label
+from convrag.generate.command import generator_label
 from convrag.generate.tasks import GenItem, Passage
 from convrag.llm import LLM, DiskCache, RetryPolicy
 from convrag.llm.backends.fake import FakeBackend
@@ -48,18 +47,8 @@ IDK = "I'm sorry, but the information I have does not let me answer that questio
 
 @pytest.fixture(autouse=True)
 def _setup(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """No stray LLM configuration, no progress bars, and ``generate`` on the CLI whether or not cli.py has it."""
+    """No stray LLM configuration, no progress bars."""
     monkeypatch.delenv("CONVRAG_LLM", raising=False)
-    original = cli.build_parser
-
-    def parser() -> argparse.ArgumentParser:
-        built = original()
-        sub = next(a for a in built._actions if isinstance(a, argparse._SubParsersAction))
-        if "generate" not in sub.choices:
-            add_parser(sub)
-        return built
-
-    monkeypatch.setattr(cli, "build_parser", parser)
     datasets.disable_progress_bars()
     yield
     datasets.enable_progress_bars()
@@ -441,3 +430,24 @@ def test_cut_fit_history_and_prompt() -> None:
 def test_generator_label_has_no_secrets() -> None:
     assert generator_label("openai:m@http://user:pw@host:8000/v1;api_key=sk-1") == "openai:m@http://host:8000/v1"
     assert generator_label("default") == "default"
+
+
+def test_mtr_bench_turns_are_generated_and_read_by_the_judge_scorer(scripted, tmp_path, capsys) -> None:
+    from convrag.evaluation.recor_generation import read_benchmark, read_predictions
+    from convrag.export import export_benchmark
+    from tests.mtr_bench_fixture import write_fixture
+
+    write_fixture(tmp_path / "source")
+    built = export_benchmark("mtr-bench", tmp_path / "built", options={"source": str(tmp_path / "source")}).out_dir
+    out = tmp_path / "mtr-oracle.jsonl"
+    code, printed, err = generate(capsys, str(built), "--mode", "oracle", "--max-turns", "5", "--out", str(out))
+    assert code == 0, err
+    got = lines(out)
+    assert len(got) == 5 and all(g["mode"] == "oracle" and len(g["contexts"]) == 1 for g in got)
+    queries = {r["_id"]: r for r in rows(built, "queries")}
+    qrels = {r["query-id"]: r["corpus-id"] for r in rows(built, "qrels")}
+    assert all(g["task_id"] in queries and g["contexts"][0]["document_id"] == qrels[g["task_id"]] for g in got)
+    bench = read_benchmark(built)
+    predictions = read_predictions(out, bench, allow_missing=True)
+    test_turns = [q for q in queries if q.startswith("test-")]  # the evaluation split (train rows share the config)
+    assert len(predictions.missing) == len(test_turns) - 5 == 43
