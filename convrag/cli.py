@@ -243,7 +243,7 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
         roles = ["llm"] if is_placeholder(options.get("llm")) and set(stages) - {"load", "release"} else []
         build_hint = f"Build it: convrag build recor --source {args.out}/release --out BUILT"
     else:
-        from convrag.synthesis.mtr import mtr_pipeline
+        from convrag.synthesis.mtr import DEFAULT_STAGES, mtr_pipeline
 
         if args.input or args.llm:
             raise ConvragError("--input and --llm are options of synthesize recor; the MTR pipeline takes --corpus "
@@ -251,8 +251,7 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
         for name in ("tasks", "workers", "questioner", "responder", "polisher", "concurrency"):
             if getattr(args, name) is not None:
                 options[name] = getattr(args, name)
-        stages = [s.strip() for s in (args.stages or "curate,cluster,converse,polish,assemble").split(",")
-                  if s.strip()]
+        stages = [s.strip() for s in (args.stages or ",".join(DEFAULT_STAGES)).split(",") if s.strip()]
         pipeline = mtr_pipeline(args.corpus, stages, seed=args.seed, corpus_config=args.corpus_config,
                                 options=options)
         roles = [r for r, stage in (("questioner", "converse"), ("responder", "converse"), ("polisher", "polish"))

@@ -252,3 +252,15 @@ def typed_field(
     if not empty and isinstance(value, str) and not value.strip():
         raise DataError(f"field {label!r} is empty", source, line)
     return value
+
+
+def write_jsonl_atomic(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> None:
+    """Write ``rows`` as JSON lines (UTF-8, not ASCII-escaped) to a temporary file beside ``path`` (its folder
+    made when missing), then rename it into place: a killed run never leaves a half-written file."""
+    folder = os.path.dirname(os.fspath(path)) or "."
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{os.path.basename(os.fspath(path))}.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)

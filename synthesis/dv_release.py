@@ -20,13 +20,12 @@ both the corpus and the turns (counted); otherwise ids are kept as given.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 from collections import Counter, defaultdict
-from pathlib import Path
 from typing import Any
 
 from convrag.builders.recor_source import FILE_NAME
+from convrag.jsonl import write_jsonl_atomic
 from convrag.synthesis.engine import REPORT_FILE, Estimate, Stage, StageContext, StageReport
 from convrag.synthesis.records import count_records, read_records
 
@@ -40,15 +39,6 @@ def history_text(turns: list[dict[str, Any]]) -> str:
     if not turns:
         return NO_HISTORY
     return "\n".join(f"Q: {t['query']}\nA: {t['answer']}" for t in turns)
-
-
-def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
 
 
 class Release(Stage):
@@ -105,8 +95,8 @@ class Release(Stage):
                 "turns": turns})
         root = ctx.folder / "data"
         for domain, rows in sorted(conversations.items()):
-            _write_jsonl(root / "benchmark" / f"{FILE_NAME[domain]}_benchmark.jsonl", rows)
-            _write_jsonl(root / "corpus" / f"{FILE_NAME[domain]}_documents.jsonl",
+            write_jsonl_atomic(root / "benchmark" / f"{FILE_NAME[domain]}_benchmark.jsonl", rows)
+            write_jsonl_atomic(root / "corpus" / f"{FILE_NAME[domain]}_documents.jsonl",
                          [{"doc_id": k, "content": v} for k, v in sorted(corpus[domain].items())])
         figures: dict[str, Any] = {f"conversations: {d}": len(r) for d, r in sorted(conversations.items())}
         figures["turns"] = sum(len(c["turns"]) for rows in conversations.values() for c in rows)

@@ -13,11 +13,8 @@ Output lines: :func:`mtrag_line` (MTRAG's official submission format) and :func:
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from convrag.generate.tasks import GenItem
@@ -132,13 +129,3 @@ def judge_line(item: GenItem, answer: str, mode: str, generator: str) -> dict[st
     return {"task_id": item.task_id, "conversation_id": item.conversation_id, "turn": item.turn,
             "domain": item.domain, "mode": mode, "generator": generator,
             "contexts": _contexts(item) if mode != "none" else [], "predictions": [{"text": answer}]}  # fmt: skip
-
-
-def write_jsonl_atomic(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Write ``rows`` as JSON lines to a temporary file beside ``path``, then rename it into place."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, target)

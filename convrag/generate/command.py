@@ -102,8 +102,9 @@ def _check_args(args: argparse.Namespace) -> Path:
 def run_command(args: argparse.Namespace) -> int:
     """``convrag generate``: collect the items, answer them, write the answers, the report and the run."""
     from convrag.evaluation.profile import profile_of
-    from convrag.generate.answer import generate_answers, judge_line, mtrag_line, write_jsonl_atomic
+    from convrag.generate.answer import generate_answers, judge_line, mtrag_line
     from convrag.generate.tasks import collect_items
+    from convrag.jsonl import write_jsonl_atomic
     from convrag.llm.spec import SPEC_ENV, is_placeholder
     from convrag.manifest import read_manifest
     from convrag.metrics.retrieval.trec import safe_token, write_run
