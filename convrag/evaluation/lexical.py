@@ -18,11 +18,12 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from convrag.metrics.generation.components import rouge_l  # the MTRAG scorer's ROUGE-L, one implementation
+
 LEXICAL_METRICS = ("rouge-l", "meteor", "bertscore")
 LABELS = {"rouge-l": "ROUGE-L", "meteor": "METEOR", "bertscore": "BERT-F1"}
 METEOR_UNAVAILABLE = "not available: WordNet data not installed (nltk.download('wordnet') needs network)"
 _TOKEN = re.compile(r"\w+|[^\w\s]")
-_ROUGE: Any = None
 
 
 def parse_metrics(text: str) -> tuple[str, ...]:
@@ -32,16 +33,6 @@ def parse_metrics(text: str) -> tuple[str, ...]:
     if bad:
         raise ValueError(f"unknown lexical metric(s) {bad}; known: {', '.join(LEXICAL_METRICS)}")
     return names
-
-
-def rouge_l(prediction: str, reference: str) -> float:
-    """ROUGE-L F-measure of ``prediction`` against ``reference`` (rouge-score, no stemming)."""
-    global _ROUGE
-    if _ROUGE is None:
-        from rouge_score import rouge_scorer
-
-        _ROUGE = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
-    return float(_ROUGE.score(reference, prediction)["rougeL"].fmeasure)
 
 
 def tokens(text: str) -> list[str]:
