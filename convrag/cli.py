@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from convrag.arguments import RESULTS, check_retrievers, check_strategies, default_out
 from convrag.errors import ConvragError
 from convrag.generate.command import add_parser as add_generate_parser
 
@@ -50,13 +51,14 @@ def _parse_options(values: list[str] | None, flag: str) -> dict[str, Any]:
 def cmd_build(args: argparse.Namespace) -> int:
     """Build a benchmark; ``--option`` values go as text to the exporter, which types them per option.
     SIGTERM ends the build like Ctrl-C (its temporary folder is removed, ``--out`` left as it was); progress
-    bars are shown only on a terminal."""
+    bars are shown only on a terminal (or with CONVRAG_PROGRESS=1)."""
     import signal
     import threading
 
     import datasets
 
     from convrag.export import export_benchmark
+    from convrag.progress import wanted
 
     options: dict[str, Any] = dict(_pairs(args.option, "--option", "key=value"))
     source = _parse_sources(args.source)
@@ -64,7 +66,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         options["source"] = source
     trap = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum)) if trap else None
-    quiet = not sys.stderr.isatty() and datasets.is_progress_bar_enabled()  # no progress bars in logs
+    quiet = not wanted() and datasets.is_progress_bar_enabled()  # no progress bars in logs
     if quiet:
         datasets.disable_progress_bars()
     try:
@@ -86,10 +88,12 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_push(args: argparse.Namespace) -> int:
-    from convrag.export import push_folder
+    """Upload a built folder to a Hub dataset repo (every failure is one line, exit 2)."""
+    from convrag.hub import push_folder
 
     url = push_folder(args.folder, args.repo, private=args.private)
-    print(f"Pushed {args.folder} to {args.repo}: {url}")
+    print(f"Pushed {args.folder} to {args.repo}: {url}\nRead it back with load_dataset({args.repo!r}, CONFIG), or "
+          f"evaluate it with `convrag evaluate {args.repo}`")
     return 0
 
 
@@ -100,14 +104,20 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     """
     from convrag.evaluation.profile import profile_of
     from convrag.evaluation.report import evaluate_folder, render, write_outputs
+    from convrag.hub import resolve_folder
     from convrag.manifest import read_manifest
+    from convrag.progress import datasets_bars, wanted
+    from convrag.progress import scope as progress_scope
 
+    args.folder = str(resolve_folder(args.folder))
     for flag, value, least in (("--top-k", args.top_k, 1), ("--bootstrap", args.bootstrap, 0),
                                ("--digits", args.digits, 0)):  # fmt: skip
         if value is not None and value < least:
             raise ConvragError(f"{flag} must be at least {least}, got {value}")
     if args.strategies is not None and args.views is not None:
         raise ConvragError("--views is an alias of --strategies: give one of them")
+    if args.out is None:
+        args.out = str(default_out([args.folder], "evaluate"))
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise ConvragError(f"{args.out}: --out names a file, not a folder")
     named = [v.split("=", 1)[0] for v in (args.run or []) + (args.submission or [])]
@@ -118,17 +128,22 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     profile = profile_of(manifest, source=str(Path(args.folder) / "README.md"))
     retrievers = _split_list(args.retrievers) if args.retrievers is not None else list(profile.retrievers)
     strategies = args.strategies if args.strategies is not None else args.views
+    check_retrievers(retrievers, "--retrievers")
+    if strategies is not None:
+        check_strategies(_split_list(strategies), "--strategies" if args.strategies is not None else "--views", profile)
     dense_options = _parse_options(args.dense_option, "--dense-option")
-    results, scored = evaluate_folder(
-        args.folder, profile,
-        external_runs=_pairs(args.run, "--run"), submissions=_pairs(args.submission, "--submission"),
-        n_bootstrap=args.bootstrap, seed=args.seed,
-        retrievers=retrievers, strategies=_split_list(strategies) if strategies is not None else None,
-        measures=_split_list(args.measures) if args.measures else None, split=args.split, corpus=args.corpus,
-        search=args.search, llm=args.llm, on_rewrite_failure="baseline" if args.rewrite_fallback else "error",
-        retriever_options=_dense_options(retrievers, args.dense_model, dense_options),
-        top_k=args.top_k, progress=not args.no_progress,
-    )  # fmt: skip
+    progress = wanted(args.no_progress)
+    with progress_scope(manifest["benchmark"]), datasets_bars(progress):
+        results, scored = evaluate_folder(
+            args.folder, profile,
+            external_runs=_pairs(args.run, "--run"), submissions=_pairs(args.submission, "--submission"),
+            n_bootstrap=args.bootstrap, seed=args.seed,
+            retrievers=retrievers, strategies=_split_list(strategies) if strategies is not None else None,
+            measures=_split_list(args.measures) if args.measures else None, split=args.split, corpus=args.corpus,
+            search=args.search, llm=args.llm, on_rewrite_failure="baseline" if args.rewrite_fallback else "error",
+            retriever_options=_dense_options(retrievers, args.dense_model, dense_options),
+            top_k=args.top_k, progress=progress,
+        )  # fmt: skip
     results = {"benchmark": manifest["benchmark"], "build_options": manifest.get("options", {}), **results}
     write_outputs(results, scored, args.out, digits=args.digits)
     print(render(results, profile, digits=args.digits))
@@ -166,20 +181,32 @@ def cmd_evaluate_generation(args: argparse.Namespace) -> int:
     import os
 
     from convrag.evaluation.generation import evaluate_generation, read_built_tasks, render_tables, write_outputs
+    from convrag.hub import names_hub_repo, resolve_folder
     from convrag.llm.spec import PLACEHOLDER_WARNING, REAL_MODEL_HINT, SPEC_ENV, is_placeholder
     from convrag.metrics.generation.components import BertScorer
     from convrag.metrics.generation.io import read_responses
+    from convrag.metrics.generation.scorer import METRICS
+    from convrag.progress import wanted
 
+    metrics = list(dict.fromkeys(m.lower() for m in _split_list(args.metrics)))
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise ConvragError(f"--metrics: unknown metric {unknown[0]!r}; known: {', '.join(METRICS)}")
+    if names_hub_repo(args.source):
+        args.source = str(resolve_folder(args.source))
     spec = args.judge or os.environ.get(SPEC_ENV) or ""
     judges = [j.strip() for j in spec.split(",") if j.strip()]
     if not judges:
         raise ConvragError(f"no judge chosen: pass --judge SPEC (or set ${SPEC_ENV}); {REAL_MODEL_HINT}. "
                            "--judge default runs the embedded SmolLM2-135M placeholder, which only shows that the "
                            "plumbing works")  # fmt: skip
+    source = Path(args.source)
+    if args.out is None:  # a responses .jsonl is MTRAG's official format
+        args.out = str(default_out([args.source], "evaluate-generation") if source.is_dir()
+                       else RESULTS / "mtrag" / f"{source.stem}-evaluate-generation")  # fmt: skip
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ConvragError(f"--out {out}: exists and is not a folder")
-    source = Path(args.source)
     if source.is_dir() and _generation_scheme(source) == "judge":  # RECOR / MTR-Bench: five-dimension judge
         from convrag.evaluation.recor_generation import run_command
 
@@ -201,8 +228,8 @@ def cmd_evaluate_generation(args: argparse.Namespace) -> int:
     result = evaluate_generation(
         tasks, judge=judges[0] if len(judges) == 1 else judges, bertscore_model=scorer, mode=args.mode,
         conditioning=args.conditioning, prompts=_pairs(args.prompt, "--prompt") or None,
-        metrics=tuple(m for m in args.metrics.split(",") if m), n_bootstrap=args.bootstrap, seed=args.seed,
-        progress=not args.no_progress,
+        metrics=tuple(metrics), n_bootstrap=args.bootstrap, seed=args.seed,
+        progress=wanted(args.no_progress),
     )  # fmt: skip
     write_outputs(result, out)
     print(render_tables(result, digits=args.digits))
@@ -227,6 +254,7 @@ def _generation_scheme(folder: Path) -> str | None:
 def cmd_synthesize(args: argparse.Namespace) -> int:
     """Run (or resume) a synthesis pipeline; ``--dry-run`` prints the estimates and writes nothing."""
     from convrag.llm.spec import PLACEHOLDER_MODEL, REAL_MODEL_HINT, is_placeholder
+    from convrag.progress import wanted
     from convrag.synthesis.engine import format_estimates, format_reports
 
     options = _parse_options(args.option, "--option")
@@ -257,7 +285,7 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
         roles = [r for r, stage in (("questioner", "converse"), ("responder", "converse"), ("polisher", "polish"))
                  if stage in stages and is_placeholder(options.get(r))]
         build_hint = f"Build it: convrag build mtr-bench --source {args.out}/assemble --out BUILT"
-    progress = not args.no_progress and sys.stderr.isatty()
+    progress = wanted(args.no_progress)
     if args.dry_run:
         print(f"Dry run of {pipeline.name} ({', '.join(s.name for s in pipeline.stages)}): nothing is written.")
         print(format_estimates(pipeline.estimate(args.out)))
@@ -279,6 +307,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
     """Judge the labels of built folders (MTR-Eval, RECOR's judges, missed-relevant estimate)."""
     from convrag.audit.command import run_command
 
+    check_retrievers(_split_list(args.pool_retrievers), "--pool-retrievers")
+    if args.out is None:
+        args.out = str(default_out(args.folders, "audit"))
     return run_command(args)
 
 
@@ -286,6 +317,12 @@ def cmd_select(args: argparse.Namespace) -> int:
     """Choose a retriever configuration for a corpus and its queries (SEARA: pool, judge, PR-AUC, search)."""
     from convrag.seara.command import run_command
 
+    if args.query_strategy is not None:
+        check_strategies([args.query_strategy], "--query-strategy")
+    if args.out is None:
+        queries = Path(args.queries)
+        args.out = str(default_out([args.queries], "select") if queries.is_dir()
+                       else RESULTS / "custom" / f"{queries.stem}-select")  # fmt: skip
     return run_command(args)
 
 
@@ -299,7 +336,11 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="convrag", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="convrag", description=__doc__.splitlines()[0],
+        epilog="Progress bars (named 'benchmark · subset · retriever · strategy: stage') are shown when stderr is a "
+               "terminal; CONVRAG_PROGRESS=1 shows them anywhere, CONVRAG_PROGRESS=0 or --no-progress hides them. "
+               "Commands that write results default to --out results/BENCHMARK/NAME-COMMAND.")  # fmt: skip
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("build", help="build a benchmark into a Hub-layout folder (Parquet + README configs)")
@@ -313,13 +354,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("push", help="upload a built folder to the Hugging Face Hub (token from HF_TOKEN)")
-    p.add_argument("folder")
-    p.add_argument("--repo", required=True, metavar="ORG/NAME")
+    p.add_argument("folder", help="folder written by `convrag build`")
+    p.add_argument("--repo", required=True, metavar="ORG/NAME",
+                   help="dataset repo id, created when missing (Hub: $HF_ENDPOINT, default https://huggingface.co)")
     p.add_argument("--private", action="store_true")
     p.set_defaults(func=cmd_push)
 
     p = sub.add_parser("evaluate", help="run retrievers and query strategies on a built benchmark; write the tables")
-    p.add_argument("folder", help="folder written by `convrag build` (its README declares how it is evaluated)")
+    p.add_argument("folder", help="folder written by `convrag build` (its README declares how it is evaluated), or Hub "
+                                  "dataset repo id org/name[@revision] of a pushed one")
     p.add_argument("--retrievers", help="comma-separated retriever specs (default: the benchmark's, e.g. "
                                         "StratRAG random,bm25,dense,hybrid; RECOR bm25,dense)")
     p.add_argument("--strategies", help="query strategies (default: the benchmark's): names the benchmark defines "
@@ -338,7 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--search", choices=("corpus", "pool"),
                    help="rank the whole corpus or only each turn's own pool (default: the benchmark's)")
     p.add_argument("--top-k", type=int, help="documents kept per query in runs (default: the benchmark's)")
-    p.add_argument("--out", default="results", help="output folder (default: results)")
+    p.add_argument("--out", help="output folder (default: results/BENCHMARK/NAME-evaluate, BENCHMARK from the folder's "
+                                 "README, NAME the folder's or repo's name)")
     p.add_argument("--dense-model", help="sentence-transformers model path or name for dense/hybrid")
     p.add_argument("--dense-option", action="append", metavar="KEY=VALUE",
                    help="dense encoder option (repeatable): pooling=cls|mean|max|lasttoken, max_seq_length=N, "
@@ -351,14 +395,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="seed of bootstrap and randomisation tests")
     p.add_argument("--digits", type=int, default=4, help="decimals shown in tables (JSON is unrounded)")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars (default: shown on a terminal)")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("evaluate-generation",
                        help="score generated answers: IDK-conditioned RB_alg, RB_llm, RL_F (MTRAGEval B/C), or "
                             "RECOR's five-dimension LLM judge and lexical metrics (RECOR, MTR-Bench)")
-    p.add_argument("source", help="built folder (with --predictions), or an official MTRAG responses .jsonl that "
-                                  "holds tasks and predictions; the folder's evaluation profile picks the scheme")
+    p.add_argument("source", help="built folder or Hub dataset repo id org/name[@revision] (with --predictions), or "
+                                  "an official MTRAG responses .jsonl that holds tasks and predictions; the folder's "
+                                  "evaluation profile picks the scheme")
     p.add_argument("--predictions", action="append",
                    help="MTRAG: the official submission .jsonl (task_id + predictions[0].text (+ contexts)), once. "
                         "RECOR / MTR-Bench: a `convrag generate` output (one generator x mode), repeatable")
@@ -393,11 +438,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", default="rb_alg,rb_llm,rl_f", help="metrics to compute (default: all three)")
     p.add_argument("--prompt", action="append", metavar="NAME=PATH",
                    help="replace a judge prompt by a YAML file (repeatable), e.g. idk=my_idk.yaml")
-    p.add_argument("--out", default="results/generation", help="output folder (default: results/generation)")
+    p.add_argument("--out", help="output folder (default: results/BENCHMARK/NAME-evaluate-generation, NAME the "
+                                 "folder's or repo's name; a responses .jsonl: results/mtrag/STEM-evaluate-generation)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--digits", type=int, default=4, help="decimals shown in tables (JSON is unrounded)")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars (default: shown on a terminal)")
     p.set_defaults(func=cmd_evaluate_generation)
 
     p = sub.add_parser("synthesize", help="make a benchmark from your own data (mtr: MTR-Pipeline over a corpus; "
@@ -435,12 +481,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
     p.add_argument("--redo", metavar="STAGE[,STAGE]", help="clear these stages (and the later ones) and run them again")
     p.add_argument("--dry-run", action="store_true", help="print records, LLM calls, tokens and cost; write nothing")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars (default: shown on a terminal)")
     p.set_defaults(func=cmd_synthesize)
 
     p = sub.add_parser("audit", help="judge a built benchmark's labels (MTR-Eval, RECOR judges, missed relevant)")
-    p.add_argument("folders", nargs="+", metavar="FOLDER", help="folders written by `convrag build`")
-    p.add_argument("--out", required=True, help="output folder: verdicts.jsonl, summary.json / .md, heatmap.png")
+    p.add_argument("folders", nargs="+", metavar="FOLDER",
+                   help="folders written by `convrag build`, or Hub dataset repo ids org/name[@revision]")
+    p.add_argument("--out", help="output folder: verdicts.jsonl, summary.json / .md, heatmap.png (default: "
+                                 "results/BENCHMARK/NAME-audit; several folders: names joined by +)")
     p.add_argument("--judge", action="append", metavar="SPEC",
                    help="judge LLM spec (repeatable: an ensemble; default $CONVRAG_LLM or the embedded placeholder)")
     p.add_argument("--dimensions", default="all",
@@ -458,7 +506,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=4, help="judge calls in flight at once (4)")
     p.add_argument("--cache", help="judge cache folder (default: the LLM layer's; one sub-folder per judge)")
     p.add_argument("--dry-run", action="store_true", help="print calls, tokens and cost per judge; call nothing")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars (default: shown on a terminal)")
     p.set_defaults(func=cmd_audit)
 
     p = sub.add_parser("select", help="choose the best retriever configuration for your corpus and queries, without "
@@ -474,7 +522,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", help="split of a built --queries folder (default: its evaluation split)")
     p.add_argument("--query-strategy", help="how a multi-turn query becomes text (default: the space's, baseline)")
     p.add_argument("--max-queries", type=int, help="use the first N queries only")
-    p.add_argument("--out", required=True, help="new (or empty) output folder: leaderboard, chosen.yaml, plots")
+    p.add_argument("--out", help="new (or empty) output folder: leaderboard, chosen.yaml, plots (default: "
+                                 "results/BENCHMARK/NAME-select for a built --queries folder, else "
+                                 "results/custom/STEM-select)")
     p.add_argument("--judge", metavar="SPEC", help="judge LLM spec (default: the space's judge.model, else "
                                                    "$CONVRAG_LLM or the embedded placeholder)")
     p.add_argument("--llm", metavar="SPEC", help="LLM spec of rewriters / rerankers that name no model "
@@ -482,7 +532,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache", help="LLM cache folder (default: the LLM layer's)")
     p.add_argument("--max-judgments", type=int, help="refuse to judge more unique pairs than this in one pool")
     p.add_argument("--dry-run", action="store_true", help="print the configurations and the cost bounds; call nothing")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars (default: shown on a terminal)")
     p.set_defaults(func=cmd_select)
 
     add_generate_parser(sub)

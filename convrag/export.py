@@ -30,6 +30,7 @@ from datasets.info import DatasetInfosDict
 from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCard, DatasetCardData
 
+from convrag import mteb_layout
 from convrag.build_options import check_options
 from convrag.builders import get_builder_class
 from convrag.errors import ConvragError, DataError
@@ -167,12 +168,30 @@ def _build_into(
         source = options.get("source")
         raise DataError(f"every config built from this source has 0 rows ({', '.join(names)}); nothing to write",
                         source if isinstance(source, str) else None)  # fmt: skip
+    aliases = _mteb_configs(work, cls, metadata, infos)
     events = {EMPTY_CONFIGS: empty_configs, EMPTY_SPLITS: empty_splits, MISSING_FILES: skipped}
     for event, items in events.items():
         if items:
             summary.report.setdefault("counts", {})[event] = len(items)
             summary.report.setdefault("examples", {})[event] = items
-    write_readme(work, cls, infos, metadata, summary, options)
+    write_readme(work, cls, infos, metadata, summary, options, aliases)
+
+
+def _mteb_configs(
+    work: Path, cls: type, metadata: dict[str, dict[str, Any]], infos: dict[str, datasets.DatasetInfo]
+) -> dict[str, str]:
+    """Add the configs mteb's retrieval loader asks for (see :mod:`convrag.mteb_layout`): ``top_ranked`` tables
+    are written into ``work``, aliases added to ``metadata`` / ``infos``; returns the aliases."""
+    profile = getattr(cls, "EVALUATION", None)
+    if profile is None:
+        return {}
+    aliases, tables = mteb_layout.plan(profile, list(metadata))
+    for name, (turns, column) in tables.items():
+        splits = [item["split"] for item in metadata[turns]["data_files"]]
+        infos[name] = mteb_layout.write_top_ranked(work, name, turns, column, splits)
+        metadata[name] = {"data_files": [{"split": s, "path": f"{name}/{s}-*"} for s in splits]}
+    mteb_layout.add_aliases(aliases, metadata, infos)
+    return aliases
 
 
 def merge_report(into: dict[str, Any], report: dict[str, Any]) -> None:
@@ -264,8 +283,10 @@ def write_readme(
     metadata: dict[str, dict[str, Any]],
     summary: ExportSummary,
     options: dict[str, Any],
+    aliases: dict[str, str] | None = None,
 ) -> None:
-    """Write README.md: YAML configs and dataset_info as ``push_to_hub`` writes them, our block, the card."""
+    """Write README.md: YAML configs and dataset_info as ``push_to_hub`` writes them, our block, the card.
+    ``aliases`` (mteb config name -> built config) go in ``convrag.aliases``."""
     card_data = DatasetCardData()
     MetadataConfigs(metadata).to_dataset_card_data(card_data)
     DatasetInfosDict(infos).to_dataset_card_data(card_data)
@@ -278,6 +299,8 @@ def write_readme(
         "options": {k: v for k, v in sorted(options.items()) if v is not None},
         "report": summary.report,
     }
+    if aliases:
+        card_data["convrag"]["aliases"] = dict(sorted(aliases.items()))
     profile = getattr(cls, "EVALUATION", None)
     if profile is not None:
         card_data["convrag"]["evaluation"] = profile.to_dict()
@@ -289,26 +312,3 @@ def write_readme(
     card = DatasetCard(f"---\n{card_data.to_yaml()}\n---\n\n{body.strip()}\n")
     card.save(str(out / "README.md"))
 
-
-def push_folder(folder: str | os.PathLike, repo_id: str, private: bool = False, token: str | None = None) -> str:
-    """Upload an exported folder to the Hub as dataset ``repo_id`` (token: argument, HF_TOKEN or the stored
-    login). Every failure (not a build, no token, network, Hub refusal) raises ``ConvragError``."""
-    from huggingface_hub import HfApi, get_token
-    from huggingface_hub.errors import HTTPError
-
-    path = Path(folder)
-    if not path.is_dir():
-        raise ConvragError(f"{path}: no such folder" if not path.exists() else f"{path}: not a folder")
-    read_manifest(path)
-    token = token or get_token()
-    if not token:
-        raise ConvragError(f"cannot push {path}: no Hugging Face token (set HF_TOKEN or run `hf auth login`)")
-    api = HfApi(token=token)
-    try:
-        api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
-        commit = api.upload_folder(folder_path=str(path), repo_id=repo_id, repo_type="dataset",
-                                   commit_message="Upload benchmark built with convrag")  # fmt: skip
-    except (OSError, ValueError, HTTPError) as err:  # offline, no network, refused, bad repo id
-        reason = " ".join(str(err).split()) or type(err).__name__
-        raise ConvragError(f"cannot push {path} to {repo_id}: {reason}") from None
-    return str(commit)

@@ -319,10 +319,11 @@ def format_queries(
     from tqdm.auto import tqdm
 
     from convrag.llm import LLM, LLMError, get_llm, run_batch
+    from convrag.progress import label
 
     model = llm if isinstance(llm, LLM) else get_llm(llm)
     pending = [t for t in items if t.history_string()]
-    bar = tqdm(total=len(pending), desc=f"{strategy.name}: LLM", disable=not progress)
+    bar = tqdm(total=len(pending), desc=label("LLM rewriting", strategy.name), disable=not progress)
     batch = run_batch(pending, lambda t: strategy.format(t, model), concurrency=concurrency,
                       catch=(LLMError,), on_result=lambda *_: bar.update(1))  # fmt: skip
     bar.close()

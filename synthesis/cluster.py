@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from convrag.errors import ConvragError
+from convrag.progress import label
 from convrag.synthesis.corpus_source import corpus_files, count_documents, iter_file
 from convrag.synthesis.engine import (
     REPORT_FILE,
@@ -135,7 +136,7 @@ class Cluster(Stage):
         folder.mkdir(exist_ok=True)
         model = None
         parts = []
-        bar = tqdm(desc="cluster: embedding", unit="doc", disable=not ctx.progress)
+        bar = tqdm(desc=label("embedding documents"), unit="doc", disable=not ctx.progress)
         for n, texts in enumerate(self._blocks(ctx, ids)):
             path = folder / f"{n:05d}.npy"
             if not path.is_file():

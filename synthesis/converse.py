@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 from convrag.errors import ConvragError
 from convrag.llm import LLM, DiskCache, LLMError, UnparsableReply, get_llm, parse_spec, run_batch
 from convrag.llm.report import FREE_BACKENDS
+from convrag.progress import label
 from convrag.synthesis.agents import AgentError, Doc, Exchange, Questioner, Responder, draw_documents
 from convrag.synthesis.documents import CorpusRef, fetch_documents
 from convrag.synthesis.engine import REPORT_FILE, Estimate, StageContext, StageReport
@@ -210,7 +211,7 @@ class Converse(RecordStage):
         convs = [_Conversation(rec["id"], rec["cluster_idx"],
                                [Doc(d, docs[d]["title"], docs[d]["text"]) for d in rec["doc_ids"]]) for rec in batch]
         bar = tqdm(total=len(convs) * self.generated_turns, unit="turn", disable=not ctx.progress, leave=False,
-                   desc=f"converse: {len(convs)} conversations")
+                   desc=label(f"generating turns of {len(convs)} conversations"))
         for t in range(1, self.generated_turns + 1):
             live = [c for c in convs if not c.reason]
             bar.update(len(convs) - len(live))

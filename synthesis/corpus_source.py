@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from convrag.errors import ConvragError, DataError
 from convrag.jsonl import is_a, iter_jsonl, text_lines, type_name
 from convrag.manifest import read_card
+from convrag.progress import label
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json.gz", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)
@@ -48,7 +49,10 @@ def _kind(path: str) -> str | None:
 def _built_corpus_files(folder: Path, config: str | None) -> CorpusFiles:
     readme, card = read_card(folder)
     configs = {c.get("config_name"): c for c in card.get("configs") or [] if isinstance(c, dict)}
-    corpora = [name for name in configs if isinstance(name, str) and (name == "corpus" or name.endswith("corpus"))]
+    block = card.get("convrag") if isinstance(card.get("convrag"), dict) else {}
+    aliases = block.get("aliases") or {}  # mteb names repeating another config's files: not offered twice
+    corpora = [name for name in configs if isinstance(name, str) and (name == "corpus" or name.endswith("corpus"))
+               and name not in aliases]  # fmt: skip
     if config is None:
         if len(corpora) != 1:
             listed = ", ".join(corpora) or "none"
@@ -157,7 +161,7 @@ class CorpusReader(PipelineStep):
         self.progress = progress
 
     def run(self, data: DocumentsPipeline = None, rank: int = 0, world_size: int = 1) -> DocumentsPipeline:
-        bar = tqdm(desc=f"curate task {rank}: documents", unit="doc", disable=not self.progress, position=rank,
+        bar = tqdm(desc=label(f"reading documents (task {rank})"), unit="doc", disable=not self.progress, position=rank,
                    leave=False)
         for index in range(rank, len(self.files.files), world_size):
             path = self.files.files[index]

@@ -32,6 +32,7 @@ from typing import Any
 
 from convrag.errors import ConvragError
 from convrag.llm.report import RunReport, load_prices, price_for
+from convrag.progress import scope
 
 REPORT_FILE = "report.json"
 PARAMS_FILE = "params.json"
@@ -258,7 +259,8 @@ class Pipeline:
         write_json_atomic(folder / PARAMS_FILE, self._stage_params(stage))
         ctx = StageContext(out=out, folder=folder, seed=self.seed, progress=progress)
         start = time.perf_counter()
-        report = stage.run(ctx)
+        with scope(self.name, stage.name):  # bars read "<pipeline> · <stage>: <what>"
+            report = stage.run(ctx)
         report.seconds = time.perf_counter() - start
         report.llm = report.llm or llm_summary(ctx.llm_report)
         write_json_atomic(done, report.to_dict())

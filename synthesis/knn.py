@@ -28,6 +28,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from convrag.errors import ConvragError
+from convrag.progress import label
 
 #: Index names accepted by :func:`knn_graph`.
 INDEXES = ("flat", "hnsw", "ivf")
@@ -125,7 +126,7 @@ def knn_graph(vectors: np.ndarray, k: int = 100, index: str = "flat", *, nlist: 
     try:
         built = _build(faiss, x, index, nlist, nprobe, hnsw_m, ef_search, train_size, seed)
         out = np.empty((n, k), dtype=np.int32)
-        with tqdm(total=n, desc="kNN search", unit="doc", disable=not progress) as bar:
+        with tqdm(total=n, desc=label("kNN search"), unit="doc", disable=not progress) as bar:
             for start, end in _query_calls(faiss, n, d, batch_size):
                 out[start:end] = built.search(x[start:end], k)[1]
                 bar.update(end - start)

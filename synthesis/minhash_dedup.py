@@ -39,6 +39,7 @@ from datatrove.pipeline.base import PipelineStep
 from tqdm.auto import tqdm
 
 from convrag.errors import ConvragError, DataError
+from convrag.progress import label
 from convrag.synthesis.engine import write_table_atomic
 from convrag.synthesis.shards import iter_shard, shard_name
 from convrag.synthesis.text import jaccard, shingles
@@ -130,7 +131,8 @@ class GreedyMinhashDedup(PipelineStep):
         sigs: dict[str, np.ndarray] = {}
         drops: list[dict[str, str]] = []
         columns = ["_id", "minhash", "source_file", "source_line"] + (["text"] if self.verify else [])
-        bar = tqdm(total=self.total, desc="MinHash-LSH near-duplicate walk", unit="chunk", disable=not self.progress)
+        bar = tqdm(total=self.total, desc=label("MinHash-LSH near-duplicate walk"), unit="chunk",
+                   disable=not self.progress)
         for index in range(self.n_files):
             for row in iter_shard(Path(self.chunks_folder) / shard_name(index), columns):
                 chunk_id = row["_id"]

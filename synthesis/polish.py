@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from convrag.errors import ConvragError
 from convrag.llm import LLMError, run_batch
+from convrag.progress import label
 from convrag.synthesis.agents import Exchange, Polisher
 from convrag.synthesis.converse import Converse, role_estimate, role_llm, spec_label, turn_figures
 from convrag.synthesis.engine import REPORT_FILE, Estimate, StageContext, StageReport
@@ -102,7 +103,7 @@ class Polish(RecordStage):
             conv["turns"][0]["polish"] = "first turn"
         longest = max((len(c["turns"]) for c in convs), default=0)
         bar = tqdm(total=sum(max(0, len(c["turns"]) - 1) for c in convs), unit="question", leave=False,
-                   desc="polish: rewriting user turns", disable=not ctx.progress)
+                   desc=label("rewriting user turns"), disable=not ctx.progress)
         for index in range(1, longest):
             todo = [c for c in convs if len(c["turns"]) > index]
             asks = [([Exchange(t["question"], t["answer"]) for t in c["turns"][:index]], c["turns"][index]["question"])

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from convrag.errors import ConvragError
+from convrag.progress import label
 from convrag.synthesis.engine import Stage, StageContext, StageReport, llm_summary, write_table_atomic
 
 SHARD_META = b"convrag_shard"
@@ -91,7 +92,7 @@ class RecordStage(Stage):
     def run(self, ctx: StageContext) -> StageReport:
         dropped: Counter[str] = Counter()
         records_in = records_out = 0
-        bar = tqdm(total=self.total(ctx), desc=f"{self.name}: records", unit="rec", disable=not ctx.progress)
+        bar = tqdm(total=self.total(ctx), desc=label("writing records"), unit="rec", disable=not ctx.progress)
         for index, batch in enumerate(_batches(self.records(ctx), self.shard_size)):
             path = ctx.folder / f"part-{index:05d}.parquet"
             ids = [str(r["id"]) for r in batch]

@@ -41,6 +41,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from convrag.errors import ConvragError
+from convrag.progress import label
 
 #: Keys present in every :class:`Clustering`'s ``stats``.
 STAT_KEYS = ("documents", "clusters", "walk_clusters", "jumps", "dead_ends", "short_clusters_dissolved",
@@ -89,7 +90,7 @@ def _walk(nb: np.ndarray, cluster_size: int, seed: int, near_duplicate: Callable
     order = np.random.default_rng(seed).permutation(n).tolist()
     pointer, remaining = 0, n
     clusters: list[list[int]] = []
-    with tqdm(total=n, desc="greedy traversal", unit="doc", disable=not progress) as bar:
+    with tqdm(total=n, desc=label("greedy traversal"), unit="doc", disable=not progress) as bar:
         while remaining:
             while visited[order[pointer]]:
                 pointer += 1
@@ -132,7 +133,7 @@ def _merge(nb: np.ndarray, clusters: list[list[int]], cluster_size: int, stats: 
         owner[members] = index
     live: list[list[int] | None] = list(clusters)
     dropped: list[int] = []
-    for index in tqdm(range(len(live)), desc="merging short clusters", disable=not progress):
+    for index in tqdm(range(len(live)), desc=label("merging short clusters"), disable=not progress):
         members = live[index]  # never None here: only already-visited indexes are cleared
         if len(members) >= cluster_size:
             continue

@@ -490,13 +490,13 @@ MIXED = {  # name -> (predictions, references, error class, position)
     "scored objects then ids": ([[{"id": "d1", "score": 1.0}], ["d4"]], [["d1"], ["d4"]], "RunError",
                                 "predictions[1][0]"),
     "both forms in one query": ([["d1", {"id": "d2", "score": 1.0}]], [["d1"]], "RunError", "predictions[0][1]"),
-    "integer document ids": ([["d1"], [4, 5]], [["d1"], ["4"]], "RunError", "predictions[1][0]"),
+    "float document ids": ([["d1"], [4.0, 5.0]], [["d1"], ["4"]], "RunError", "predictions[1][0]"),
     "string score": ([[{"id": "d1", "score": "0.5"}]], [["d1"]], "RunError", "predictions[0][0]"),
     "object without score": ([[{"id": "d1"}]], [["d1"]], "RunError", "predictions[0][0]"),
     "prediction not a list": (["d1"], [["d1"]], "RunError", "predictions[0]"),
     "ids then graded references": ([["d1"], ["d4"]], [["d1"], [{"id": "d4", "grade": 1}]], "QrelsError",
                                    "references[1][0]"),
-    "integer reference ids": ([["1"]], [[1]], "QrelsError", "references[0][0]"),
+    "boolean reference ids": ([["1"]], [[True]], "QrelsError", "references[0][0]"),
     "fractional grade": ([["d1"]], [[{"id": "d1", "grade": 0.5}]], "QrelsError", "references[0][0]"),
 }  # fmt: skip
 

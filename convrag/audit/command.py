@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,9 @@ def run_command(args: argparse.Namespace) -> int:
     from convrag.audit.items import load_items
     from convrag.audit.report import heatmap, render, summarize
     from convrag.audit.runner import estimate, make_judges, parse_dimensions, run_audit, write_verdicts
+    from convrag.hub import resolve_folder
     from convrag.llm.spec import PLACEHOLDER_WARNING, REAL_MODEL_HINT, SPEC_ENV, is_placeholder
+    from convrag.progress import wanted
     from convrag.synthesis.engine import write_json_atomic
 
     dimensions = parse_dimensions(args.dimensions)
@@ -30,6 +31,7 @@ def run_command(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ConvragError(f"{out}: --out names a file, not a folder")
+    args.folders = [str(resolve_folder(f)) for f in args.folders]  # Hub repo ids -> their cached snapshots
     sets = [load_items(f, split=args.split, sample=args.sample, seed=args.seed) for f in args.folders]
     names = [s.benchmark for s in sets]
     for audit_set in sets:  # two folders of one benchmark: tell them apart by folder name everywhere
@@ -50,7 +52,7 @@ def run_command(args: argparse.Namespace) -> int:
                  "each turn) are not included." if args.missed else ""))
         return 0
     judges = make_judges(specs, args.cache, args.concurrency)
-    progress = not args.no_progress and sys.stderr.isatty()
+    progress = wanted(args.no_progress)
     runs = [run_audit(s, judges, dimensions, seed=args.seed, negatives=args.negatives,
                       concurrency=args.concurrency, progress=progress) for s in sets]
     out.mkdir(parents=True, exist_ok=True)

@@ -29,6 +29,7 @@ from convrag.audit.items import AuditDoc, AuditItem, AuditSet
 from convrag.audit.verdict import Verdict, free_text_rationale, judge_call
 from convrag.evaluation.engine import resolve_strategies, run_benchmark
 from convrag.llm import LLM, ParseError, SamplingParams, extract_json, load_prompt
+from convrag.progress import scope
 
 #: grade names of the 0-3 scale, index = grade
 GRADE_LABELS = ("unrelated", "related", "partial", "answers")
@@ -81,9 +82,10 @@ def retrieve(audit_set: AuditSet, retrievers: Sequence[str], k: int, strategy: s
     name = strategy or default_strategy(audit_set)
     # the engine scores its runs too; these measures only satisfy the profile's checks (cut-off 10 is in all)
     measures = ["nDCG@10"] if k == 10 else ["nDCG@10", f"Recall@{k}"]
-    scored = run_benchmark(str(audit_set.folder), audit_set.profile, retrievers=list(retrievers), strategies=[name],
-                           measures=measures, top_k=k, data=data, llm=llm, retriever_options=retriever_options,
-                           progress=progress)  # fmt: skip
+    with scope(audit_set.benchmark, "pooling"):
+        scored = run_benchmark(str(audit_set.folder), audit_set.profile, retrievers=list(retrievers),
+                               strategies=[name], measures=measures, top_k=k, data=data, llm=llm,
+                               retriever_options=retriever_options, progress=progress)  # fmt: skip
     out: dict[str, Run] = {}
     for spec in retrievers:
         merged: Run = {}

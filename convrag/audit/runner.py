@@ -33,6 +33,7 @@ from convrag.llm import LLM, DiskCache, LLMError, default_cache_dir, get_llm, ru
 from convrag.llm.backends.fake import FakeBackend
 from convrag.llm.report import FREE_BACKENDS, load_prices, price_for
 from convrag.llm.spec import parse_spec
+from convrag.progress import label, scope
 
 CONVERSATION_DIMENSIONS = recor_judges.DIMENSIONS
 TURN_DIMENSIONS = {recor_judges.DEPENDENCY: "dependency", recor_judges.PATTERN: "pattern"}
@@ -125,8 +126,8 @@ def run_audit(audit_set: AuditSet, judges: Sequence[LLM], dimensions: Sequence[s
     units = plan(audit_set, dimensions, seed=seed, negatives=negatives)
     result = AuditRun(audit_set)
     for n, llm in enumerate(judges):
-        bar = tqdm(total=len(units), unit="call", disable=not progress,
-                   desc=f"audit {audit_set.benchmark}: {llm.spec}")
+        with scope(audit_set.benchmark, llm.spec):  # e.g. "recor · openai:MODEL: judging labels"
+            bar = tqdm(total=len(units), unit="call", disable=not progress, desc=label("judging labels"))
         done = run_batch(units, lambda u, llm=llm: u.call(llm), concurrency, catch=(LLMError,),
                          on_result=lambda *_, bar=bar: bar.update())
         bar.close()

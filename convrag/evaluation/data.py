@@ -38,7 +38,13 @@ class Folder:
         self.files: dict[str, dict[str, list[str]]] = {}
         self.patterns: dict[tuple[str, str], list[str]] = {}
         self._sizes: dict[tuple[str, str], list[tuple[str, int]]] = {}
+        block = data.get("convrag")
+        aliases = block.get("aliases") if isinstance(block, dict) else None
+        #: mteb config names that repeat another config's files (see :mod:`convrag.mteb_layout`); skipped
+        self.aliases: dict[str, str] = dict(aliases) if isinstance(aliases, dict) else {}
         for entry in data.get("configs") or []:
+            if isinstance(entry, dict) and entry.get("config_name") in self.aliases:
+                continue
             try:
                 splits: dict[str, list[str]] = {}
                 for item in entry.get("data_files") or []:

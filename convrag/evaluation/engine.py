@@ -32,6 +32,7 @@ from convrag.evaluation.data import BenchmarkData, load_benchmark
 from convrag.evaluation.profile import EvaluationProfile
 from convrag.llm.spec import PLACEHOLDER_MODEL, is_placeholder
 from convrag.metrics.retrieval.compute import score_run
+from convrag.progress import scope as progress_scope
 from convrag.retrievers import get_retriever
 from convrag.strategies import format_queries, get_strategy
 
@@ -257,7 +258,8 @@ def run_benchmark(
             from convrag.llm import LLM, get_llm
 
             model = llm if isinstance(llm, LLM) else get_llm(llm)
-        formatted = format_queries(spec, data.turns, llm=model, progress=progress, on_failure=on_rewrite_failure)
+        with progress_scope(name):
+            formatted = format_queries(spec, data.turns, llm=model, progress=progress, on_failure=on_rewrite_failure)
         texts[name] = formatted.texts
         if get_strategy(spec).needs_llm:
             rewrite[name] = {"llm": model.spec, **formatted.to_dict()}
@@ -279,11 +281,13 @@ def run_benchmark(
         fitting: dict[str, dict[str, int]] = {}
         for s in data.subsets:
             turns = data.subset_turns(s)
-            retriever.index(data.corpus[s], show_progress=progress)
+            with progress_scope(s, spec):  # bars read "<benchmark> · <subset> · <retriever> · <strategy>: <stage>"
+                retriever.index(data.corpus[s], show_progress=progress)
             pools = {t.qid: data.pools[t.qid] for t in turns} if data.pools is not None else None
             for name in chosen:
                 queries = {t.qid: texts[name][t.qid] for t in turns}
-                runs[name][s] = retriever.search(queries, top_k=k, pools=pools, show_progress=progress)
+                with progress_scope(s, spec, name):
+                    runs[name][s] = retriever.search(queries, top_k=k, pools=pools, show_progress=progress)
                 for status, n in _fit_counts(retriever).items():
                     fitting.setdefault(name, {}).setdefault(status, 0)
                     fitting[name][status] += n

@@ -310,7 +310,9 @@ def score_generation(bench: Benchmark, files: Sequence[PredictionFile], judges: 
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(items), desc="judging", unit="answer")
+        from convrag.progress import label
+
+        bar = tqdm(total=len(items), desc=label(f"judging {len(files)} answer files", bench.name), unit="answer")
     try:
         outcomes = judge_answers(items, judges, concurrency=concurrency, max_tokens=max_tokens,
                                  on_done=bar.update if bar is not None else None)  # fmt: skip
@@ -348,6 +350,7 @@ def run_command(args: Any, judges: Sequence[str]) -> int:
     from convrag.evaluation.recor_generation_tables import render_tables, write_outputs
     from convrag.llm import get_llm
     from convrag.llm.spec import PLACEHOLDER_WARNING, REAL_MODEL_HINT, is_placeholder
+    from convrag.progress import wanted
 
     if not args.predictions:
         raise ConvragError("--predictions FILE is required (one per generator x mode; repeat the flag)")
@@ -382,7 +385,7 @@ def run_command(args: Any, judges: Sequence[str]) -> int:
         lexical = LexicalScorer(metrics, bertscorer=bert)
     llms = [get_llm(j, cache=args.cache) if args.cache else get_llm(j) for j in judges]
     result = score_generation(bench, files, llms, lexical=lexical, run=args.run, concurrency=args.concurrency,
-                              max_tokens=args.max_tokens, progress=not args.no_progress)  # fmt: skip
+                              max_tokens=args.max_tokens, progress=wanted(args.no_progress))  # fmt: skip
     write_outputs(result, args.out, digits=args.digits)
     print(render_tables(result, digits=args.digits))
     for spec, llm in zip(judges, llms, strict=True):

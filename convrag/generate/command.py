@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +49,14 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser("generate", help="generate RAG answers for every task / turn of a built multi-turn benchmark "
                                         "(oracle, retrieved or no passages), ready for evaluate-generation")
     p.add_argument("folder", metavar="BUILT", help="folder written by `convrag build` (MTRAG, MTRAG-UN, RECOR, "
-                                                   "MTR-Bench: its README says which output format)")
+                                                   "MTR-Bench: its README says which output format), or Hub "
+                                                   "dataset repo id org/name[@revision]")
     p.add_argument("--mode", required=True, choices=("oracle", "retrieved", "none"),
                    help="oracle: the turn's gold passages; retrieved: top --k of --retriever or --run; none: no "
                         "passages (the model's own knowledge)")
-    p.add_argument("--out", required=True, metavar="FILE.jsonl", help="answers file (MTRAG: official submission "
-                                                                      "format; RECOR / MTR-Bench: one line per turn)")
+    p.add_argument("--out", metavar="FILE.jsonl", help="answers file (MTRAG: official submission format; RECOR / "
+                                                       "MTR-Bench: one line per turn); default: results/BENCHMARK/"
+                                                       "NAME-generate/MODE[-RETRIEVER].jsonl, NAME the folder's name")
     p.add_argument("--retriever", metavar="SPEC", help="retriever spec searched through the evaluation engine "
                                                        "(bm25, dense, ...); its full run goes to FILE.run.trec")
     p.add_argument("--run", metavar="FILE", help="a TREC run file (or an MTRAG submission .jsonl) instead of "
@@ -79,7 +80,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                         f"{DEFAULT_HISTORY_CHARS}); the question is never cut")
     p.add_argument("--concurrency", type=int, default=8, help="LLM calls in flight at once (default 8)")
     p.add_argument("--cache", help="LLM cache folder (default: FILE.llm-cache beside the output)")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars (default: shown on a terminal)")
     p.set_defaults(func=run_command)
     return p
 
@@ -91,16 +92,27 @@ def _check_args(args: argparse.Namespace) -> Path:
             raise ConvragError(f"{flag} must be at least {0 if flag == '--history-chars' else 1}, got {value}")
     if args.temperature < 0:
         raise ConvragError(f"--temperature must be at least 0, got {args.temperature}")
+    from convrag.hub import resolve_folder
+
+    args.folder = str(resolve_folder(args.folder))  # a Hub repo id -> its cached snapshot
+    if not Path(args.folder).is_dir():
+        raise ConvragError(f"{args.folder}: no such folder (give a folder written by `convrag build`)")
+    if args.out is None:
+        from convrag.arguments import default_out
+        from convrag.metrics.retrieval.trec import safe_token
+
+        source = (args.retriever or (Path(args.run).stem if args.run else None)) if args.mode == "retrieved" else None
+        name = f"{args.mode}-{safe_token(source)}" if source else args.mode
+        args.out = str(default_out([args.folder], "generate") / f"{name}.jsonl")
     out = Path(args.out)
     if out.is_dir():
         raise ConvragError(f"--out {out}: is a folder; give a file name such as answers.jsonl")
-    if not Path(args.folder).is_dir():
-        raise ConvragError(f"{args.folder}: no such folder (give a folder written by `convrag build`)")
     return out
 
 
 def run_command(args: argparse.Namespace) -> int:
     """``convrag generate``: collect the items, answer them, write the answers, the report and the run."""
+    from convrag.arguments import check_retrievers, check_strategies
     from convrag.evaluation.profile import profile_of
     from convrag.generate.answer import generate_answers, judge_line, mtrag_line
     from convrag.generate.tasks import collect_items
@@ -108,6 +120,8 @@ def run_command(args: argparse.Namespace) -> int:
     from convrag.llm.spec import SPEC_ENV, is_placeholder
     from convrag.manifest import read_manifest
     from convrag.metrics.retrieval.trec import safe_token, write_run
+    from convrag.progress import label as bar_label
+    from convrag.progress import scope, wanted
     from convrag.synthesis.engine import write_json_atomic
 
     out = _check_args(args)
@@ -115,21 +129,28 @@ def run_command(args: argparse.Namespace) -> int:
     spec = args.llm or os.environ.get(SPEC_ENV) or "default"
     manifest = read_manifest(args.folder)
     profile = profile_of(manifest, source=str(Path(args.folder) / "README.md"))
+    if args.retriever is not None:
+        check_retrievers([args.retriever], "--retriever")
+    if args.strategy is not None:
+        check_strategies([args.strategy], "--strategy", profile)
     if profile.generation is None:
         raise ConvragError(f"{args.folder}: benchmark {manifest.get('benchmark')!r} declares no generation scheme: "
                            "it has no reference answers to generate against")  # fmt: skip
-    progress = not args.no_progress and sys.stderr.isatty()
+    progress = wanted(args.no_progress)
+    benchmark = str(manifest["benchmark"])
     out.parent.mkdir(parents=True, exist_ok=True)
     llm = make_llm(spec, args.cache or f"{base}.llm-cache", args.concurrency)
-    collected = collect_items(args.folder, profile, args.mode, k=args.k, retriever=args.retriever,
-                              strategy=args.strategy, run_file=args.run, config=args.config, split=args.split,
-                              max_turns=args.max_turns, corpus=args.corpus, llm=llm, progress=progress)  # fmt: skip
+    with scope(benchmark):
+        collected = collect_items(args.folder, profile, args.mode, k=args.k, retriever=args.retriever,
+                                  strategy=args.strategy, run_file=args.run, config=args.config, split=args.split,
+                                  max_turns=args.max_turns, corpus=args.corpus, llm=llm, progress=progress)  # fmt: skip
     items = collected.items
     unit = "tasks" if collected.scheme == "mtrag" else "turns"
+    with scope(benchmark, args.retriever or (Path(args.run).name if args.run else None)):
+        desc = bar_label(f"generating answers ({args.mode} passages, {len(items)} {unit})", generator_label(spec))
     result = generate_answers(items, llm, max_tokens=args.max_tokens, temperature=args.temperature,
                               passage_chars=args.passage_chars, history_chars=args.history_chars,
-                              concurrency=args.concurrency, progress=progress,
-                              desc=f"generate: {args.mode}, {len(items)} {unit}")  # fmt: skip
+                              concurrency=args.concurrency, progress=progress, desc=desc)  # fmt: skip
     if collected.scheme == "judge":  # the judge-scored benchmarks' readers refuse empty predictions
         for task_id in result.empty:
             result.failures[task_id] = EMPTY_ANSWER

@@ -36,6 +36,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from convrag.errors import DataError
+from convrag.progress import label
 
 Corpus = Sequence[Mapping[str, Any]] | Mapping[str, Mapping[str, Any] | str] | Iterable[Mapping[str, Any]]
 Run = dict[str, dict[str, float]]
@@ -203,7 +204,7 @@ class Retriever(ABC):
         everything = np.arange(len(self.doc_ids))
         out = []
         pairs = zip(qids, texts, strict=True)
-        for qid, text in tqdm(pairs, total=len(qids), desc=f"{self.name}: queries", disable=not show_progress):
+        for qid, text in tqdm(pairs, total=len(qids), desc=label("search", self.name), disable=not show_progress):
             scores = np.asarray(self._score_candidates([qid], [text], [everything], False)[0], dtype=np.float64)
             keep = ranked_order(scores, self._id_rank, k)
             out.append((keep, scores[keep]))

@@ -34,6 +34,7 @@ A full ranking (``top_k=None``) is always brute force.
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -42,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from convrag.progress import label, relabelled
 from convrag.query_text import FITS, TAIL_CUT, TRIMMED, fit_query
 from convrag.retrievers.base import Retriever, ranked_order
 
@@ -73,10 +75,18 @@ def default_model_path() -> str:
 
 @lru_cache(maxsize=4)
 def load_model(model: str, device: str | None = None) -> Any:
-    """Load (once per process) a ``SentenceTransformer`` from a local path or model name."""
+    """Load (once per process) a ``SentenceTransformer`` from a local path or model name (transformers' unnamed
+    "Loading weights" bar hidden)."""
     from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as hf_logging
 
-    return SentenceTransformer(model, device=device)
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        return SentenceTransformer(model, device=device)
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
 
 
 def _pooling_class() -> type:
@@ -239,10 +249,14 @@ class DenseRetriever(Retriever):
         prompt = self.prompt(kind)
         with self._encoding(kind) as model:
             fn = getattr(model, f"encode_{kind}", model.encode)
-            emb = fn(
-                [str(t) for t in texts], prompt=prompt, batch_size=self.batch_size, show_progress_bar=show_progress,
-                convert_to_numpy=True, normalize_embeddings=True,
-            )  # fmt: skip
+            # sentence-transformers names its bar "Batches": say what is encoded (one call, batches unchanged)
+            library = sys.modules.get(getattr(type(model).encode, "__module__", ""))
+            with relabelled(library, "trange", label(f"encoding {'corpus' if kind == 'document' else 'queries'}",
+                                                     self.name)):
+                emb = fn(
+                    [str(t) for t in texts], prompt=prompt, batch_size=self.batch_size,
+                    show_progress_bar=show_progress, convert_to_numpy=True, normalize_embeddings=True,
+                )  # fmt: skip
         return np.ascontiguousarray(emb, dtype=np.float32)
 
     def fit_texts(self, texts: Sequence[str]) -> list[str]:

@@ -37,10 +37,13 @@ import numpy as np
 from rank_bm25 import BM25Okapi
 from tqdm.auto import tqdm
 
+from convrag.progress import label
 from convrag.retrievers.base import Retriever
 
 Tokenizer = Callable[[str], list[str]]
 POOL_STATS = ("pool", "corpus")
+#: Texts bm25s tokenises per call (the tokenising bar moves once per chunk).
+TOKENISE_CHUNK = 10_000
 
 
 def whitespace_tokenize(text: str) -> list[str]:
@@ -76,7 +79,7 @@ class BM25Retriever(Retriever):
         self._corpus_model: BM25Okapi | None = None
 
     def _fit(self, show_progress: bool) -> None:
-        texts = tqdm(self.doc_texts, desc="bm25: tokenising", disable=not show_progress)
+        texts = tqdm(self.doc_texts, desc=label("tokenising corpus", self.name), disable=not show_progress)
         self._tokens = [self.tokenizer(t) for t in texts]
         self._corpus_model = self._okapi(self._tokens)
 
@@ -92,7 +95,8 @@ class BM25Retriever(Retriever):
         if self.pool_stats == "corpus":
             return self._score_candidates(qids, texts, pools, show_progress)
         out = []
-        for text, pos in tqdm(list(zip(texts, pools, strict=True)), desc="bm25: pools", disable=not show_progress):
+        for text, pos in tqdm(list(zip(texts, pools, strict=True)), desc=label("search", self.name),
+                              disable=not show_progress):
             model = self._okapi([self._tokens[i] for i in pos])
             query = self.tokenizer(text)
             out.append(np.zeros(len(pos)) if model is None else np.asarray(model.get_scores(query), dtype=float))
@@ -103,7 +107,8 @@ class BM25Retriever(Retriever):
     ) -> list[np.ndarray]:
         model = self._corpus_model
         out = []
-        for text, pos in tqdm(list(zip(texts, cands, strict=True)), desc="bm25: queries", disable=not show_progress):
+        for text, pos in tqdm(list(zip(texts, cands, strict=True)), desc=label("search", self.name),
+                              disable=not show_progress):
             if model is None:
                 out.append(np.zeros(len(pos)))
             elif len(pos) == len(self.doc_ids):
@@ -154,12 +159,16 @@ class BM25SRetriever(Retriever):
         if self.tokenizer == "bm25s":
             import bm25s
 
-            return bm25s.tokenize(
-                texts, lower=True, stopwords=self.stopwords, stemmer=self.stemmer, return_ids=False,
-                show_progress=show_progress,
-            )  # fmt: skip
+            out: list[list[str]] = []
+            with tqdm(total=len(texts), desc=label("tokenising corpus", self.name), disable=not show_progress) as bar:
+                for start in range(0, len(texts), TOKENISE_CHUNK):  # token strings: chunking changes nothing
+                    chunk = texts[start:start + TOKENISE_CHUNK]
+                    out += bm25s.tokenize(chunk, lower=True, stopwords=self.stopwords, stemmer=self.stemmer,
+                                          return_ids=False, show_progress=False)  # fmt: skip
+                    bar.update(len(chunk))
+            return out
         fn = whitespace_tokenize if self.tokenizer == "whitespace" else self.tokenizer
-        return [fn(t) for t in tqdm(texts, desc="bm25s: tokenising", disable=not show_progress)]
+        return [fn(t) for t in tqdm(texts, desc=label("tokenising corpus", self.name), disable=not show_progress)]
 
     def _bm25s(self, docs: list[list[str]], show_progress: bool = False) -> Any:
         """A bm25s index of ``docs``; ``None`` when they hold no token (every score is then 0)."""
@@ -168,7 +177,9 @@ class BM25SRetriever(Retriever):
         if not any(docs):
             return None
         model = bm25s.BM25(k1=self.k1, b=self.b, method=self.method)
-        model.index(docs, show_progress=show_progress)
+        with tqdm(total=1, desc=label("indexing corpus", self.name), disable=not show_progress) as bar:
+            model.index(docs, show_progress=False)
+            bar.update(1)
         return model
 
     @staticmethod
@@ -189,7 +200,8 @@ class BM25SRetriever(Retriever):
             return self._score_candidates(qids, texts, pools, show_progress)
         queries = self.tokenize(texts)
         out = []
-        for query, pos in tqdm(list(zip(queries, pools, strict=True)), desc="bm25s: pools", disable=not show_progress):
+        for query, pos in tqdm(list(zip(queries, pools, strict=True)), desc=label("search", self.name),
+                                disable=not show_progress):
             out.append(self._scores(self._bm25s([self._tokens[i] for i in pos]), query, len(pos)))
         return out
 
@@ -200,7 +212,7 @@ class BM25SRetriever(Retriever):
         n = len(self.doc_ids)
         out = []
         pairs = list(zip(queries, cands, strict=True))
-        for query, pos in tqdm(pairs, desc="bm25s: queries", disable=not show_progress):
+        for query, pos in tqdm(pairs, desc=label("search", self.name), disable=not show_progress):
             out.append(self._scores(self._model, query, n)[pos])
         return out
 

@@ -19,7 +19,6 @@ import argparse
 import math
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +95,7 @@ def run_command(args: argparse.Namespace) -> int:
     """``convrag select``: read, search, write (module docstring), print the leaderboard and the choice."""
     from convrag.llm import get_llm
     from convrag.llm.spec import PLACEHOLDER_MODEL, REAL_MODEL_HINT, SPEC_ENV, is_placeholder
+    from convrag.progress import scope, wanted
     from convrag.seara.inputs import query_texts, read_corpus, read_turns
     from convrag.seara.report import leaderboard, plot_interaction, write_choice
     from convrag.seara.runner import Runner
@@ -130,13 +130,14 @@ def run_command(args: argparse.Namespace) -> int:
         spec = component_spec if spec == "default" else spec
         return get_llm(spec, cache=args.cache) if args.cache else get_llm(spec)
 
-    progress = not args.no_progress and sys.stderr.isatty()
+    progress = wanted(args.no_progress)
     if not progress:
         import datasets
 
         datasets.disable_progress_bars()
     strategy = args.query_strategy or space.queries["strategy"]
-    queries = query_texts(turns, strategy, llm=make_llm("default"), progress=progress)
+    with scope("select", Path(str(args.queries)).name):
+        queries = query_texts(turns, strategy, llm=make_llm("default"), progress=progress)
     judge = get_llm(judge_spec, cache=args.cache) if args.cache else get_llm(judge_spec)
     runner = Runner(space, docs, queries, make_llm, progress=progress)
     with replacing(out, out.resolve(), overwrite=False, is_build=lambda _: False) as tmp:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from convrag.errors import ConvragError
+from convrag.progress import scope
 from convrag.seara.chunking import ChunkingReport, chunk_documents, filter_chunks
 from convrag.seara.facts import Chunk
 from convrag.seara.inputs import Document
@@ -83,7 +84,8 @@ class Runner:
             titles = {d: t for d, t, _ in self.docs}
             rows = [{"_id": c.chunk_id, "title": titles.get(c.doc_id, ""), "text": c.text}
                     for c in self.chunks(chunking, filter_name).values()]  # fmt: skip
-            self._indexes[key] = retriever.index(rows)
+            with scope("select", f"chunking {chunking}", f"filter {filter_name}", retrieval):
+                self._indexes[key] = retriever.index(rows)
         return self._indexes[key]
 
     def _component(self, option: Option) -> Any:

@@ -185,8 +185,16 @@ def _judge_all(judges: GenerationJudges, tasks: Sequence[GenerationTask], metric
             bar.close()
 
 
-def _make_scorer(bertscore_model: str | BertScorer | None) -> BertScorer:
-    return bertscore_model if isinstance(bertscore_model, BertScorer) else BertScorer(bertscore_model)
+def make_scorer(bertscore_model: str | BertScorer | None) -> BertScorer:
+    """A BertScorer for a model name or path (None: the bundled MiniLM); a ready scorer (anything with ``score``
+    and ``describe``, such as a BertScorer imported from this package while ``evaluate.load`` uses its own copy of
+    the module) is used as it is."""
+    if bertscore_model is None or isinstance(bertscore_model, str):
+        return BertScorer(bertscore_model)
+    if callable(getattr(bertscore_model, "score", None)) and callable(getattr(bertscore_model, "describe", None)):
+        return bertscore_model
+    raise ComponentError(f"bertscore_model must be a model name or path or a BertScorer, got "
+                         f"{type(bertscore_model).__name__}")
 
 
 def score_generation(tasks: Sequence[GenerationTask], judge: JudgeSpec | Sequence[JudgeSpec] | None = None,
@@ -223,7 +231,7 @@ def score_generation(tasks: Sequence[GenerationTask], judge: JudgeSpec | Sequenc
         raise LLMError(f"judge {judges.primary.spec}: a judge call failed on every one of the {len(judged)} tasks; "
                        f"first: {first if isinstance(first, str) else first[0]}")
     t1 = time.perf_counter()
-    scorer = _make_scorer(bertscore_model) if "rb_alg" in metrics else None
+    scorer = make_scorer(bertscore_model) if "rb_alg" in metrics else None
     algo = _algorithmic(tasks, scorer) if scorer is not None and tasks else [{} for _ in tasks]
     t_algo = time.perf_counter() - t1
 
@@ -277,4 +285,5 @@ def task_from_dict(d: Mapping[str, Any]) -> GenerationTask:
     return GenerationTask(**{k: v for k, v in d.items() if k in known})
 
 
-__all__ = ["GenerationResult", "GenerationTask", "MODES", "METRICS", "score_generation", "task_from_dict"]
+__all__ = ["GenerationResult", "GenerationTask", "MODES", "METRICS", "make_scorer", "score_generation",
+           "task_from_dict"]

@@ -20,6 +20,10 @@ Measure names (``k`` is a positive integer cut-off, ranks start at 1):
   (trec_eval ``map_cut``); ``MAP`` has no cut-off (trec_eval ``map``).
 - ``P@k``: relevant documents in the top k / k (trec_eval ``P_k``).
 
+ir_measures' names are read too, as ir_measures writes them, and give the same values as ir_measures (relevance
+level 1): ``R@k`` is ``Recall@k``, ``RR`` is ``MRR`` and ``RR@k`` is ``MRR@k``, ``AP`` is ``MAP`` and ``AP@k`` is
+``MAP@k``; ``nDCG``, ``nDCG@k``, ``P@k`` and ``Success@k`` are spelt alike. Results are keyed by the name asked for.
+
 Queries judged in the qrels but missing from the run (or with an empty ranking) score 0 and count in every
 mean. Queries whose judgments hold no relevant document are left out of the means and listed in
 ``RetrievalResult.excluded``; run queries without judgments are listed in ``RetrievalResult.unjudged``.
@@ -51,6 +55,8 @@ MEASURE_FAMILIES: tuple[str, ...] = ("nDCG", "Recall", "R_cap", "Success", "MRR"
 """Measure families; each takes a cut-off ``@k``."""
 UNCUT_FAMILIES: tuple[str, ...] = ("nDCG", "MRR", "MAP")
 """Families that may also be named without a cut-off (whole ranking)."""
+IR_MEASURES_NAMES: dict[str, str] = {"R": "Recall", "RR": "MRR", "AP": "MAP"}
+"""ir_measures' family names that differ from ours, with the family each one means."""
 DEFAULT_K_VALUES: tuple[int, ...] = (1, 3, 5, 10)
 MACRO = "macro"
 """Key of the macro-average over groups in ``RetrievalResult.to_dict()``."""
@@ -82,20 +88,26 @@ class MeasureError(RetrievalInputError):
 
 
 def parse_measure(name: str) -> tuple[str, int | None]:
-    """Split ``"nDCG@10"`` into ``("nDCG", 10)`` and ``"MRR"`` into ``("MRR", None)``.
+    """Split ``"nDCG@10"`` into ``("nDCG", 10)`` and ``"MRR"`` into ``("MRR", None)``; ir_measures' names map to
+    our families (:data:`IR_MEASURES_NAMES`).
 
-    >>> parse_measure("R_cap@5")
-    ('R_cap', 5)
+    >>> parse_measure("R_cap@5"), parse_measure("RR"), parse_measure("AP@100")
+    (('R_cap', 5), ('MRR', None), ('MAP', 100))
     """
+    if isinstance(name, str) and "(" in name:
+        raise MeasureError(f"measure {name!r}: parameters such as (rel=2) or (judged_only=True) are not supported; "
+                           "a document is relevant when its grade is >= 1")  # fmt: skip
     match = _NAME.match(name) if isinstance(name, str) else None
-    if match is None or match["family"] not in MEASURE_FAMILIES:
-        raise MeasureError(f"unknown measure {name!r}; use one of {', '.join(MEASURE_FAMILIES)} with '@k'")
+    family = None if match is None else IR_MEASURES_NAMES.get(match["family"], match["family"])
+    if family not in MEASURE_FAMILIES:
+        known = ", ".join((*MEASURE_FAMILIES, *IR_MEASURES_NAMES))
+        raise MeasureError(f"unknown measure {name!r}; use one of {known} with '@k' (names are case-sensitive)")
     k = None if match["k"] is None else int(match["k"])
-    if k is None and match["family"] not in UNCUT_FAMILIES:
+    if k is None and family not in UNCUT_FAMILIES:
         raise MeasureError(f"measure {name!r} needs a cut-off, e.g. '{name}@10'")
     if k is not None and k < 1:
         raise MeasureError(f"measure {name!r}: the cut-off must be a positive integer")
-    return match["family"], k
+    return family, k
 
 
 def measure_names(k_values: Sequence[int] = DEFAULT_K_VALUES, families: Sequence[str] = MEASURE_FAMILIES,
@@ -175,8 +187,8 @@ def score_run(run: Mapping[str, Ranking], qrels: Mapping[str, Judgments],
               per_query: bool = False, groups: Mapping[str, Hashable] | None = None) -> RetrievalResult:
     """Score ``run`` against ``qrels`` (see the module docstring for the definitions).
 
-    ``measures``: exact names such as ``"nDCG@10"`` or ``"MRR"``; when None, every family at every
-    ``k_values`` cut-off plus ``"MRR"`` (``k_values`` is only used then). ``groups`` maps every scored
+    ``measures``: exact names such as ``"nDCG@10"``, ``"MRR"`` or ir_measures' ``"RR"``; when None, every family
+    at every ``k_values`` cut-off plus ``"MRR"`` (``k_values`` is only used then). ``groups`` maps every scored
     query id to a label; group means and their macro-average are then added (labels become strings).
     ``per_query``: whether ``to_dict()`` includes per-query scores (``result.per_query`` always works).
     """

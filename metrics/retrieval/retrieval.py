@@ -9,7 +9,15 @@ from typing import Any
 import datasets
 import evaluate
 
-from .compute import DEFAULT_K_VALUES, GroupsError, QrelsError, RunError, measure_names, score_run
+from .compute import (
+    DEFAULT_K_VALUES,
+    GroupsError,
+    QrelsError,
+    RetrievalInputError,
+    RunError,
+    measure_names,
+    score_run,
+)
 
 _CITATION = """\
 @misc{trec_eval,
@@ -30,10 +38,11 @@ _DESCRIPTION = """\
 Scores ranked retrieval results per query against relevance judgments with trec_eval's conventions:
 nDCG@k (linear gain = grade, log2 discount, ideal ranking from all judged documents), Recall@k (over all
 relevant documents), R_cap@k (BEIR's capped recall), Success@k, MRR@k and MRR (no cut-off), MAP@k (over all
-relevant documents) and P@k (over k). Grades <= 0 are not relevant. Scored predictions are ordered by score
-descending (compared as 32-bit floats, as trec_eval does), ties by document id descending. Queries without any
-relevant document are excluded from the means and listed; queries with an empty prediction score 0. Nothing is
-rounded.
+relevant documents) and P@k (over k); ir_measures' names (R@k, RR, RR@k, AP, AP@k) are read too. Grades <= 0
+are not relevant. Document and query ids are strings or integers (an integer id is its string form). Scored
+predictions are ordered by score descending (compared as 32-bit floats, as trec_eval does), ties by document id
+descending. Queries without any relevant document are excluded from the means and listed; queries with an empty
+prediction score 0. Nothing is rounded.
 """
 
 _KWARGS_DESCRIPTION = """
@@ -42,9 +51,12 @@ Args:
         {"id": str, "score": float} (then ordered by score descending, ties by id descending).
     references: one set of judgments per query: a list of relevant document ids (grade 1), or a list of
         {"id": str, "grade": int} (graded; grades <= 0 mean not relevant).
-    query_ids: optional list of unique query ids (default "0", "1", ...), used in the per-query output.
+        Document ids may be integers: 3 and "3" are the same document (so both in one list is an error).
+    query_ids: optional list of unique query ids, strings or integers (default "0", "1", ...), used in the
+        per-query output (as strings).
     k_values: cut-offs for the default measures (default [1, 3, 5, 10]).
-    measures: optional list of measure names, e.g. ["nDCG@10", "Recall@100", "MRR"]; the default is every
+    measures: optional list of measure names, e.g. ["nDCG@10", "Recall@100", "MRR"], or ir_measures' names
+        ("R@5", "RR", "RR@10", "AP", "AP@100"; results are keyed by the names given); the default is every
         family (nDCG, Recall, R_cap, Success, MRR, MAP, P) at every cut-off in k_values, plus "MRR".
     per_query: if True, also return {"per_query": {query_id: {measure: value}}}.
     groups: optional group label per query (a list parallel to predictions, or a dict keyed by query id);
@@ -63,6 +75,11 @@ Examples:
     ... )
     >>> results
     {'Recall@1': 0.0, 'Recall@2': 0.75, 'MRR': 0.5, 'num_queries': 2, 'excluded_queries': []}
+
+    Integer ids and ir_measures' measure names:
+
+    >>> retrieval.compute(predictions=[[3, 1, 2], [5, 4]], references=[[1], [4, 6]], measures=["R@2", "RR"])
+    {'R@2': 0.75, 'RR': 0.5, 'num_queries': 2, 'excluded_queries': []}
 
     Graded judgments, scored predictions, per-query values and groups:
 
@@ -91,8 +108,43 @@ _FEATURES = [
     datasets.Features({"predictions": _SCORED, "references": _GRADED}),
 ]
 _FORMS = {("ids", "ids"): 0, ("ids", "graded"): 1, ("scored", "ids"): 2, ("scored", "graded"): 3}
-_DESCRIBE = {"ids": "a document id string", "scored": 'an {"id", "score"} object',
+_DESCRIBE = {"ids": "a document id", "scored": 'an {"id", "score"} object',
              "graded": 'an {"id", "grade"} object'}  # fmt: skip
+
+
+def _string_id(value: Any, where: str, error: type[RetrievalInputError], what: str = "document id") -> Any:
+    """An integer id (not a bool) as its string form; strings and anything else (checked later) unchanged."""
+    if isinstance(value, bool):
+        raise error(f"{where}: {value!r} is not a {what} (ids are strings or integers)")
+    return str(int(value)) if isinstance(value, numbers.Integral) else value
+
+
+def with_string_ids(values: Any, column: str, offset: int = 0) -> Any:
+    """``values`` (one list per query) with every integer document id, alone or as an object's ``"id"``, turned
+    into its string form; an integer and a string naming the same document in one query are an error."""
+    error = RunError if column == "predictions" else QrelsError
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        return values
+    out = []
+    for i, value in enumerate(values, start=offset):
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+            out.append(value)
+            continue
+        items, seen = [], {}
+        for j, item in enumerate(value):
+            where = f"{column}[{i}][{j}]"
+            raw = item.get("id") if isinstance(item, Mapping) else item
+            doc = _string_id(raw, where, error)
+            if isinstance(doc, str) and type(seen.setdefault(doc, raw)) is not type(raw):
+                raise error(f"{where}: {raw!r} and {seen[doc]!r} name the same document (an integer id is its "
+                            "string form)")  # fmt: skip
+            if not isinstance(item, Mapping):
+                item = doc
+            elif doc is not raw:
+                item = {**item, "id": doc}
+            items.append(item)
+        out.append(items)
+    return out
 
 
 def _is_number(value: Any, integral: bool = False) -> bool:
@@ -107,7 +159,8 @@ def _item_form(item: Any, column: str, where: str) -> str:
     if isinstance(item, str):
         return "ids"
     if not isinstance(item, Mapping):
-        raise error(f"{where}: expected a document id string or an object, got {item!r} ({type(item).__name__})")
+        raise error(f"{where}: expected a document id (a string or an integer) or an object, got {item!r} "
+                    f"({type(item).__name__})")
     key = "score" if column == "predictions" else "grade"
     if not isinstance(item.get("id"), str):
         raise error(f"{where}: 'id' must be a string, got {item.get('id')!r}")
@@ -187,6 +240,8 @@ class Retrieval(evaluate.Metric):
             self._added = 0
         if predictions is not None and references is not None and len(predictions) != len(references):
             raise RunError(f"{len(predictions)} predictions for {len(references)} references: one of each per query")
+        predictions = with_string_ids(predictions, "predictions", self._added)
+        references = with_string_ids(references, "references", self._added)
         for column, values in (("predictions", predictions), ("references", references)):
             if values is None:
                 continue
@@ -210,19 +265,24 @@ class Retrieval(evaluate.Metric):
         return _FEATURES[_FORMS[(forms.get("predictions") or "ids", forms.get("references") or "ids")]]
 
     def _compute(self, predictions: Sequence[Any], references: Sequence[Any],
-                 query_ids: Sequence[str] | None = None, k_values: Sequence[int] = DEFAULT_K_VALUES,
+                 query_ids: Sequence[str | int] | None = None, k_values: Sequence[int] = DEFAULT_K_VALUES,
                  measures: Sequence[str] | None = None, per_query: bool = False,
                  groups: Sequence[Hashable] | Mapping[str, Hashable] | None = None) -> dict[str, Any]:
         if query_ids is None:
             query_ids = [str(i) for i in range(len(predictions))]
-        query_ids = list(query_ids)
+        query_ids = [_string_id(q, "query_ids", RunError, "query id") for q in query_ids]
         if len(query_ids) != len(predictions):
             raise RunError(f"query_ids has {len(query_ids)} ids for {len(predictions)} predictions")
         if not all(isinstance(q, str) for q in query_ids) or len(set(query_ids)) != len(query_ids):
-            raise RunError("query_ids must be unique strings")
+            raise RunError("query_ids must be unique strings or integers (an integer id is its string form)")
         run = {qid: _ranking(qid, p) for qid, p in zip(query_ids, predictions, strict=True)}
         qrels = {qid: _judgments(qid, r) for qid, r in zip(query_ids, references, strict=True)}
-        if groups is not None and not isinstance(groups, Mapping):
+        if isinstance(groups, Mapping):
+            keyed = {_string_id(q, "groups", GroupsError, "query id"): label for q, label in groups.items()}
+            if len(keyed) != len(groups):
+                raise GroupsError("groups names a query twice (an integer id is its string form)")
+            groups = keyed
+        elif groups is not None:
             if isinstance(groups, str) or len(groups) != len(query_ids):
                 raise GroupsError(f"groups must hold one label per query ({len(query_ids)})")
             groups = dict(zip(query_ids, groups, strict=True))

@@ -1,0 +1,112 @@
+"""mteb-conformant config names for a built folder, declared from its evaluation profile.
+
+mteb's retrieval loader reads a Hub dataset by config name: ``corpus``, ``queries``, ``qrels`` (and
+``top_ranked`` for reranking tasks), each prefixed ``<subset>-`` when the task has subsets. Our builders name
+configs after the benchmark's own views (MTRAG: ``clapnq-lastturn``, ``clapnq-cited-corpus``), so the export
+adds, for every name mteb asks for that the build lacks:
+
+* an **alias**: a second ``configs`` entry in the README whose ``data_files`` are the built config's (no copy
+  of the data). ``<subset>-queries`` points to the view of the profile's first query strategy when the turns
+  are read from views (MTRAG: ``lastturn``), else to the turns config; ``<subset>-corpus`` to the first built
+  corpus of the profile (MTRAG without its full corpus: the cited corpus); ``<subset>-qrels`` to the qrels.
+* a ``<subset>-top_ranked`` config (``query-id``, ``corpus-ids``) for benchmarks searched within a per-query
+  pool (``search: pool``): an alias of a pool config, or a small table written from the turns' pool column, so
+  that mteb reranks each query's pool as ``convrag evaluate`` does instead of searching the whole corpus.
+
+Aliases are listed in the README's ``convrag.aliases`` block (alias -> config); convrag's own readers skip
+them, so ``convrag evaluate --corpus auto`` still tells a cited corpus from a full one.
+"""
+
+from __future__ import annotations
+
+import glob
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import datasets
+import pyarrow.parquet as pq
+
+from convrag.evaluation.profile import EvaluationProfile
+
+TOP_RANKED_FEATURES = datasets.Features(
+    {"query-id": datasets.Value("string"), "corpus-ids": datasets.List(datasets.Value("string"))}
+)
+
+
+def subsets(profile: EvaluationProfile, built: list[str]) -> list[str | None]:
+    """Subsets of a build (``None``: a benchmark without subsets), found from the built qrels configs."""
+    if not profile.has_subsets:
+        return [None]
+    prefix, suffix = profile.qrels.split("{subset}")
+    found = [c[len(prefix) : len(c) - len(suffix)] for c in built if c.startswith(prefix) and c.endswith(suffix)]
+    return [s for s in found if s]
+
+
+def _name(pattern: str, subset: str | None) -> str:
+    return pattern.replace("{subset}", subset) if subset is not None else pattern
+
+
+def _mteb(kind: str, subset: str | None) -> str:
+    return f"{subset}-{kind}" if subset is not None else kind
+
+
+def plan(profile: EvaluationProfile, built: list[str]) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
+    """(aliases: mteb name -> built config, tables: ``top_ranked`` name -> (turns config, pool column)).
+
+    Only names the build lacks are planned; nothing is planned for a subset whose qrels, corpus or queries
+    cannot be found (mteb could not read it anyway)."""
+    aliases: dict[str, str] = {}
+    tables: dict[str, tuple[str, str]] = {}
+    first_strategy = next(iter(profile.strategies.values()), "")
+    for subset in subsets(profile, built):
+        qrels = _name(profile.qrels, subset)
+        corpus = next((c for c in (_name(p, subset) for p in profile.corpus.values()) if c in built), None)
+        if profile.reader == "views" and first_strategy.startswith("field:"):
+            queries = _name(profile.views.get(first_strategy.removeprefix("field:"), ""), subset)
+        else:
+            queries = _name(profile.turns, subset)
+        wanted = {"qrels": qrels, "corpus": corpus, "queries": queries}
+        if any(c is None or c not in built for c in wanted.values()):
+            continue
+        for kind, config in wanted.items():
+            name = _mteb(kind, subset)
+            if name != config and name not in built:
+                aliases[name] = config
+        if profile.search != "pool" or not profile.pool:
+            continue
+        name = _mteb("top_ranked", subset)
+        where, _, what = profile.pool.partition(":")
+        if where == "config" and _name(what, subset) in built and name != _name(what, subset):
+            aliases[name] = _name(what, subset)
+        elif where == "field" and name not in built:
+            tables[name] = (_name(profile.turns, subset), what)
+    return aliases, tables
+
+
+def write_top_ranked(work: Path, name: str, turns: str, column: str, splits: list[str]) -> datasets.DatasetInfo:
+    """Write ``<work>/<name>/<split>-00000-of-00001.parquet`` (``query-id``, ``corpus-ids``) from the ``_id`` and
+    ``column`` of the built turns config; returns its ``DatasetInfo`` (features and split sizes)."""
+    info = datasets.DatasetInfo(features=TOP_RANKED_FEATURES, config_name=name)
+    info.splits = datasets.SplitDict()
+    for split in splits:
+        files = sorted(glob.glob(str(work / turns / f"{split}-*.parquet")))
+        parts = [pq.read_table(f, columns=["_id", column]) for f in files]
+        data = {"query-id": [i for t in parts for i in t.column("_id").to_pylist()],
+                "corpus-ids": [ids for t in parts for ids in t.column(column).to_pylist()]}  # fmt: skip
+        table = datasets.Dataset.from_dict(data, features=TOP_RANKED_FEATURES)
+        (work / name).mkdir(parents=True, exist_ok=True)
+        table.to_parquet(str(work / name / f"{split}-00000-of-00001.parquet"))
+        info.splits.add(datasets.SplitInfo(name=split, num_examples=len(table), num_bytes=table.data.nbytes))
+    return info
+
+
+def add_aliases(
+    aliases: Mapping[str, str], metadata: dict[str, dict[str, Any]], infos: dict[str, datasets.DatasetInfo]
+) -> None:
+    """Give every alias the ``data_files`` and ``dataset_info`` of its config (in place)."""
+    for alias, config in aliases.items():
+        metadata[alias] = {"data_files": [dict(item) for item in metadata[config]["data_files"]]}
+        info = infos[config].copy()
+        info.config_name = alias
+        infos[alias] = info
