@@ -70,6 +70,15 @@ class MTRBench(BenchmarkBuilder):
 
     BENCHMARK = "mtr-bench"
     CARD = "mtr-bench.md"
+    HUB_METADATA = {
+        "pretty_name": "MTR-Bench", "license": "other", "license_name": "mtr-bench-mixed",
+        "license_link": "https://huggingface.co/datasets/OkayestProgrammer/mtr-qwen35-fp8-12turn",
+        "language": ["en"],
+        "task_categories": ["text-retrieval", "question-answering"],
+        "task_ids": ["document-retrieval", "open-domain-qa"],
+        "tags": ["conversational-retrieval", "multi-turn", "topic-switch", "synthetic", "rag", "convrag"],
+        "source_datasets": ["extended|OkayestProgrammer/mtr-qwen35-fp8-12turn", "extended|wikimedia/wikipedia"],
+    }  # fmt: skip
     DEFAULT_SOURCES = {name: ms.HF + repo for name, (repo, _) in ms.RELEASES["12turn"].items()}
     VERSION = datasets.Version("1.0.0")
     BUILDER_CONFIG_CLASS = MTRBenchConfig

@@ -196,6 +196,13 @@ class MTRAG(MTRAGFamily):
 
     BENCHMARK = "mtrag"
     CARD = "mtrag.md"
+    HUB_METADATA = {
+        "pretty_name": "MTRAG", "license": "apache-2.0", "language": ["en"],
+        "task_categories": ["text-retrieval", "question-answering"],
+        "task_ids": ["document-retrieval", "open-domain-qa"],
+        "tags": ["conversational-retrieval", "multi-turn", "rag", "answerability", "mtrag", "convrag"],
+        "source_datasets": ["extended|other-mt-rag-benchmark"],
+    }  # fmt: skip
     LABEL = "MTRAG"
     DESCRIPTION = "MTRAG: multi-turn conversational RAG benchmark (IBM), conversations, tasks and retrieval views."
     DEFAULT_SOURCES = mtrag_paths()

@@ -220,6 +220,14 @@ class MTRAGUN(MTRAGFamily):
 
     BENCHMARK = "mtrag-un"
     CARD = "mtrag-un.md"
+    HUB_METADATA = {
+        "pretty_name": "MTRAG-UN", "license": "apache-2.0", "language": ["en"],
+        "task_categories": ["text-retrieval", "question-answering"],
+        "task_ids": ["document-retrieval", "open-domain-qa"],
+        "tags": ["conversational-retrieval", "multi-turn", "rag", "unanswerable", "underspecified", "semeval-2026",
+                 "convrag"],
+        "source_datasets": ["extended|other-mt-rag-benchmark"],
+    }  # fmt: skip
     LABEL = "MTRAG-UN"
     DESCRIPTION = "MTRAG-UN test tasks of SemEval-2026 Task 8 (MTRAGEval) with retrieval views."
     DEFAULT_SOURCES = mtrag_un_paths()

@@ -80,6 +80,14 @@ class RECOR(BenchmarkBuilder):
 
     BENCHMARK = "recor"
     CARD = "recor.md"
+    HUB_METADATA = {
+        "pretty_name": "RECOR", "license": "other", "license_name": "recor-mixed",
+        "license_link": "https://huggingface.co/datasets/RECOR-Benchmark/RECOR", "language": ["en"],
+        "task_categories": ["text-retrieval", "question-answering"],
+        "task_ids": ["document-retrieval", "open-domain-qa"],
+        "tags": ["conversational-retrieval", "multi-turn", "reasoning-intensive-retrieval", "rag", "convrag"],
+        "source_datasets": ["extended|RECOR-Benchmark/RECOR", "extended|xlangai/BRIGHT"],
+    }  # fmt: skip
     #: RECOR section 4.1: each domain over its own corpus, nDCG@10 (primary), MAP@10, Recall@10, MRR@10 per
     #: turn, mean within a domain, macro over domains; the paper's five query strategies.
     EVALUATION = EvaluationProfile(

@@ -137,6 +137,13 @@ class StratRAG(BenchmarkBuilder):
 
     BENCHMARK = "stratrag"
     CARD = "stratrag.md"
+    HUB_METADATA = {
+        "pretty_name": "StratRAG", "license": "cc-by-sa-4.0", "language": ["en"],
+        "task_categories": ["text-retrieval", "question-answering"],
+        "task_ids": ["document-retrieval", "open-domain-qa"],
+        "tags": ["multi-hop", "rag", "retrieval-evaluation", "reranking", "hotpotqa", "convrag"],
+        "source_datasets": ["extended|hotpotqa/hotpot_qa", "extended|Aryanp088/StratRAG"],
+    }  # fmt: skip
     #: StratRAG Tables 2 and 3: R@1, R@2, R@5, MRR (no cut-off), nDCG@5; each query ranks its own pool;
     #: by question type.
     EVALUATION = EvaluationProfile(

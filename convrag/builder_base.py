@@ -62,6 +62,10 @@ class BenchmarkBuilder(datasets.GeneratorBasedBuilder):
     BUILDER_CONFIG_CLASS = BenchmarkConfig
     BENCHMARK: str = ""
     CARD: str = ""
+    #: Hub card metadata written in the README's YAML (``pretty_name``, ``license`` and, for ``other``,
+    #: ``license_name`` / ``license_link``, ``language``, ``task_categories``, ``task_ids``, ``tags``,
+    #: ``source_datasets``); ``size_categories`` and ``download_size`` are measured by the exporter
+    HUB_METADATA: dict[str, Any] = {}
     DEFAULT_SOURCES: dict[str, str] = {}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

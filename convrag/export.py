@@ -32,6 +32,7 @@ from huggingface_hub import DatasetCard, DatasetCardData
 
 from convrag import mteb_layout
 from convrag.build_options import check_options
+from convrag.builder_base import is_url
 from convrag.builders import get_builder_class
 from convrag.errors import ConvragError, DataError
 from convrag.manifest import read_manifest
@@ -151,8 +152,9 @@ def _build_into(
             empty_splits += [f"{name}:{s}" for s in empty]
             summary.rows[name] = {}
             data_files = []
+            written: list[Path] = []
             for split, ds in dataset.items():
-                write_parquet_shards(ds, work / name, split)
+                written += write_parquet_shards(ds, work / name, split)
                 data_files.append({"split": split, "path": f"{name}/{split}-*"})
                 summary.rows[name][split] = len(ds)
             metadata[name] = {"data_files": data_files}
@@ -163,6 +165,7 @@ def _build_into(
             for split in dataset:
                 kept.add(info.splits[split])
             info.splits = kept
+            info.download_size = sum(p.stat().st_size for p in written)  # the Parquet files a user downloads
             infos[name] = info
     if not infos:
         source = options.get("source")
@@ -272,6 +275,28 @@ def write_parquet_shards(ds: datasets.Dataset, folder: Path, split: str) -> list
     return paths
 
 
+#: the Hub's size_categories bins, by upper bound on the number of rows
+SIZE_BINS = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
+             (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B"))  # fmt: skip
+
+
+def size_category(rows: int) -> str:
+    """The Hub's ``size_categories`` value for a dataset whose largest config has ``rows`` rows."""
+    return next((name for bound, name in SIZE_BINS if rows < bound), "n>1B")
+
+
+def public_value(value: Any) -> Any:
+    """An option value as a card may show it: a local path becomes ``local:<its name>`` (a card is published;
+    the builder's machine layout is not), URLs and other values stay."""
+    if isinstance(value, dict):
+        return {k: public_value(v) for k, v in value.items()}
+    if isinstance(value, (str, os.PathLike)) and not is_url(str(value)):
+        path = Path(value)
+        if path.is_absolute() or path.exists() or str(value).startswith(("..", "~")):
+            return f"local:{path.expanduser().resolve().name}"
+    return value
+
+
 def _card_template(card_file: str) -> str:
     return importlib.resources.files("convrag.dataset_cards").joinpath(card_file).read_text(encoding="utf-8")
 
@@ -293,10 +318,13 @@ def write_readme(
     first = next(iter(infos.values()))
     if first.license:
         card_data["license"] = first.license
+    for key, value in getattr(cls, "HUB_METADATA", {}).items():
+        card_data[key] = value
+    card_data["size_categories"] = [size_category(max(n for per in summary.rows.values() for n in per.values()))]
     card_data["convrag"] = {
         "benchmark": cls.BENCHMARK,
         "builder_version": str(cls.VERSION),
-        "options": {k: v for k, v in sorted(options.items()) if v is not None},
+        "options": {k: public_value(v) for k, v in sorted(options.items()) if v is not None},
         "report": summary.report,
     }
     if aliases:
@@ -308,6 +336,7 @@ def write_readme(
         rows_table=summary.table(),
         report_yaml=yaml.safe_dump(summary.report or {"counts": {}}, sort_keys=True).strip(),
         options=card_data["convrag"]["options"],
+        loaders=mteb_layout.card_section(aliases or {}, [n for n in metadata if n.endswith("top_ranked")]),
     )
     card = DatasetCard(f"---\n{card_data.to_yaml()}\n---\n\n{body.strip()}\n")
     card.save(str(out / "README.md"))

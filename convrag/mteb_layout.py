@@ -98,6 +98,8 @@ def write_top_ranked(work: Path, name: str, turns: str, column: str, splits: lis
         (work / name).mkdir(parents=True, exist_ok=True)
         table.to_parquet(str(work / name / f"{split}-00000-of-00001.parquet"))
         info.splits.add(datasets.SplitInfo(name=split, num_examples=len(table), num_bytes=table.data.nbytes))
+    info.dataset_size = sum(s.num_bytes for s in info.splits.values())
+    info.download_size = sum(p.stat().st_size for p in (work / name).glob("*.parquet"))
     return info
 
 
@@ -110,3 +112,23 @@ def add_aliases(
         info = infos[config].copy()
         info.config_name = alias
         infos[alias] = info
+
+
+def card_section(aliases: Mapping[str, str], top_ranked: list[str]) -> str:
+    """The card's "mteb, BEIR and TREC" section: which configs mteb reads and how to get BEIR / TREC files."""
+    lines = [
+        "## mteb, BEIR and TREC",
+        "mteb's retrieval loader reads this folder as it is: every subset has `[<subset>-]corpus`, "
+        "`[<subset>-]queries` and `[<subset>-]qrels` configs.",
+    ]
+    if aliases:
+        lines += ["", "Some of them are aliases: README entries that point at another config's files (no copies).", "",
+                  "| mteb config | reads the files of |", "|---|---|"]
+        lines += [f"| `{alias}` | `{config}` |" for alias, config in sorted(aliases.items())]
+    if top_ranked:
+        names = ", ".join(f"`{n}`" for n in sorted(top_ranked))
+        lines += ["", f"{names} (`query-id`, `corpus-ids`) lists each query's candidate pool, so mteb reranks "
+                  "that pool, as `convrag evaluate` does, instead of searching the whole corpus."]
+    lines += ["", "`convrag export PATH_OR_REPO --format beir --out DIR` writes `corpus.jsonl`, `queries.jsonl` and "
+              "`qrels/<split>.tsv` for BEIR's `GenericDataLoader`; `--format trec` writes TREC topics and qrels."]
+    return "\n".join(lines)

@@ -197,7 +197,7 @@ def test_evaluate_module_doctests() -> None:
 
 
 def test_metric_card_examples_and_front_matter() -> None:
-    check_metric_card("audit", "convrag")
+    check_metric_card("audit", "evaluate")
     card = (REPO / "metrics" / "audit" / "README.md").read_text(encoding="utf-8")
     for needed in ("https://github.com/rangehow/mtr-suite", "2601.05461", "SmolLM2-135M", "H / log K", "1/8"):
         assert needed in card
