@@ -20,14 +20,14 @@ configs a source can build (a folder without corpora builds everything but ``*-c
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import datasets
 from datasets import Features
 
-from convrag.builder_base import BenchmarkBuilder, BenchmarkConfig
+from convrag.builder_base import BenchmarkBuilder, BenchmarkConfig, BuildReport
 from convrag.errors import DataError
 from convrag.evaluation.profile import EvaluationProfile
 
@@ -134,6 +134,10 @@ class MTRAGFamily(BenchmarkBuilder):
     def view_rows(self, data: Any, view: str, wanted: tuple[str, ...]) -> Iterator[tuple[str, dict[str, Any]]]:
         raise NotImplementedError
 
+    def _corpus(self, path: str | None, report: BuildReport | None = None) -> Callable[[], Iterator[dict[str, str]]]:
+        """The passages of a corpus file, streamed from its one read per export (events into ``report``)."""
+        return self.sources.spilled("mtrag-corpus", [path], lambda events: iter_corpus(str(path), events), report)
+
     @classmethod
     def default_configs(cls, options: dict[str, Any] | None = None) -> list[str]:
         """Configs that ``options['source']`` can build (all of them for URL sources)."""
@@ -161,7 +165,10 @@ class MTRAGFamily(BenchmarkBuilder):
             raise DataError(f"config {self.config.name} needs {missing}, not found in the source{hint}",
                             str(self.config.source))  # fmt: skip
         files = fetch(located, self.needed_files(domain, view), dl_manager)
-        if view != "corpus":
+        if view == "corpus":  # read each corpus once per export (spilled to the shared cache), errors unwrapped
+            for d in domains_of(domain):
+                self._corpus(files[f"{d}-corpus"], self.report)
+        else:
             data = self.parse(files)  # parse and check here, so errors surface unwrapped
             for event, count in data.events.items():
                 self.report.counts[event] = count
@@ -173,7 +180,7 @@ class MTRAGFamily(BenchmarkBuilder):
         view, wanted = self.config.view, domains_of(self.config.domain)
         if view == "corpus":
             for d in wanted:
-                for row in iter_corpus(files[f"{d}-corpus"], self.report):
+                for row in self._corpus(files[f"{d}-corpus"])():
                     yield f"{d}:{row['_id']}", {**row, "domain": d}
             return
         data = self.parse(files)

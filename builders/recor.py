@@ -150,7 +150,7 @@ class RECOR(BenchmarkBuilder):
         if domain not in DOMAIN_NAMES or view not in VIEW_NAMES:
             raise DataError(f"unknown RECOR config domain={domain!r} view={view!r}")
         files, domains = self._files(dl_manager)
-        data = rs.parse_recor(files, domains)  # parse and check here, so errors surface unwrapped
+        data = rs.parse_recor(files, domains, self.sources)  # parse and check here, so errors surface unwrapped
         self._parsed = (files, domains, data)
         self.report.counts.update(data.report.counts)
         self.report.examples.update(data.report.examples)
@@ -159,7 +159,7 @@ class RECOR(BenchmarkBuilder):
     def _generate_examples(self, files: dict[str, str | None], domains: list[str]):
         view = self.config.view
         cached = getattr(self, "_parsed", None)
-        data = cached[2] if cached and cached[:2] == (files, domains) else rs.parse_recor(files, domains)
+        data = cached[2] if cached and cached[:2] == (files, domains) else rs.parse_recor(files, domains, self.sources)
         qualify = rs.conflicting_ids(data) if self.config.domain == ALL else set()
 
         def doc_key(d: str, doc_id: str) -> str:
@@ -177,7 +177,7 @@ class RECOR(BenchmarkBuilder):
                     row = {**row, "corpus-id": doc_key(d, row["corpus-id"])}
                     yield f"{row['query-id']}|{row['corpus-id']}", row
             else:
-                for doc_id, text in data.corpus.get(d, {}).items():
+                for doc_id, text in data.documents[d]() if d in data.documents else ():
                     key = doc_key(d, doc_id)
                     if (
                         self.config.domain == ALL

@@ -16,18 +16,22 @@ Every line is checked as it is read (errors name the file and line): missing fie
 repeated conversation id (both lines named), a benchmark file without conversations. Kept and counted in the
 build report: turns with an empty answer (the answer is not scored) and documents with empty text (qrels
 may point at them).
+
+Parsing goes through a ``SourceCache`` shared by the configs of an export: each file is read once; a corpus is
+streamed into an intermediate file and only its ids (with a hash of each text) are kept in memory.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from convrag.builder_base import BuildReport, is_url
+from convrag.builder_base import BuildReport, SourceCache, is_url
 from convrag.errors import DataError
-from convrag.jsonl import read_jsonl
+from convrag.jsonl import iter_jsonl, read_jsonl, text_lines
 from convrag.jsonl import typed_field as check
 
 #: file-name domain (as released) -> config / column domain name (lower case, as in ``task``)
@@ -102,14 +106,23 @@ def _strings(value: Any, name: str, path: str, line: int, ids: bool = False) -> 
     return list(value)
 
 
+def _no_rows() -> Iterator[tuple[str, str]]:
+    return iter(())
+
+
 @dataclass
 class RecorData:
-    """Parsed release: rows per domain, the corpus per domain and the build report."""
+    """Parsed release: rows per domain, the corpus per domain and the build report.
+
+    ``corpus``: domain -> {document id: hash of its text} (file order); ``documents``: domain -> a function
+    streaming its (document id, text) pairs in that order.
+    """
 
     conversations: dict[str, list[dict]] = field(default_factory=dict)
     queries: dict[str, list[dict]] = field(default_factory=dict)
     qrels: dict[str, list[dict]] = field(default_factory=dict)
-    corpus: dict[str, dict[str, str]] = field(default_factory=dict)
+    corpus: dict[str, dict[str, int]] = field(default_factory=dict)
+    documents: dict[str, Callable[[], Iterator[tuple[str, str]]]] = field(default_factory=dict)
     report: BuildReport = field(default_factory=BuildReport)
     lines: dict[str, tuple[str, int]] = field(default_factory=dict)  # conversation id -> (file, line)
 
@@ -199,44 +212,57 @@ def parse_conversation(obj: dict, domain: str, path: str, line: int, data: Recor
             data.qrels.setdefault(domain, []).append({"query-id": qid, "corpus-id": doc_id, "score": 1})
 
 
-def read_corpus(path: str, report: BuildReport) -> list[tuple[str, str, int]]:
-    """(doc_id, content, line) of a documents file; an id repeated with the same text is kept once."""
-    seen: dict[str, tuple[str, int]] = {}
-    out = []
-    for line, obj in read_jsonl(path):
+def read_corpus(path: str, report: BuildReport) -> Iterator[tuple[str, str]]:
+    """(doc_id, content) of a documents file, streamed; an id repeated with the same text is kept once."""
+    seen: dict[str, tuple[int, int]] = {}  # id -> (hash of its text, line)
+    for line, obj in iter_jsonl(text_lines(path), path):
         doc_id = check(obj, "doc_id", str, path, line, empty=False)
         text = check(obj, "content", str, path, line)
         if not text.strip():
             report.add(EMPTY_DOCUMENT, doc_id)
         if doc_id in seen:
-            if seen[doc_id][0] != text:
+            if seen[doc_id][0] != hash(text):
                 raise DataError(f"document {doc_id!r} repeated with a different text (first on line "
                                 f"{seen[doc_id][1]})", path, line)  # fmt: skip
             report.add("documents repeated in a corpus file (kept once)", doc_id)
             continue
-        seen[doc_id] = (text, line)
-        out.append((doc_id, text, line))
-    return out
+        seen[doc_id] = (hash(text), line)
+        yield doc_id, text
 
 
-def parse_recor(files: dict[str, str | None], domains: list[str]) -> RecorData:
-    """Parse the benchmark and corpus files of ``domains`` (a ``flat`` entry: one mixed folder)."""
+def _documents(path: str, sources: SourceCache, report: BuildReport) -> Callable[[], Iterator[tuple[str, str]]]:
+    """The documents of a corpus file, read once per export (``sources``) and streamed from there."""
+    return sources.spilled("recor-corpus", [path], lambda events: read_corpus(path, events), report)
+
+
+def _text_hashes(path: str, sources: SourceCache, rows: Callable[[], Iterator[tuple[str, str]]]) -> dict[str, int]:
+    return sources.parsed("recor-corpus-hashes", [path], lambda _: {doc_id: hash(text) for doc_id, text in rows()})
+
+
+def _benchmark_lines(path: str, sources: SourceCache) -> tuple[tuple[int, dict], ...]:
+    return sources.parsed("jsonl", [path], lambda _: read_jsonl(path))
+
+
+def parse_recor(files: dict[str, str | None], domains: list[str], sources: SourceCache | None = None) -> RecorData:
+    """Parse the benchmark and corpus files of ``domains`` (a ``flat`` entry: one mixed folder); ``sources``
+    holds files already read by other configs of the export."""
     data = RecorData()
+    sources = sources if sources is not None else SourceCache()
     if files.get(FLAT):
         root = str(files[FLAT])
         path = os.path.join(root, "benchmark.jsonl")
-        for line, obj in read_jsonl(path):
+        for line, obj in _benchmark_lines(path, sources):
             domain = domain_of_task(obj.get("task"), path, line)
             if domain in domains:
                 parse_conversation(obj, domain, path, line, data)
-        _flat_corpus(os.path.join(root, "documents.jsonl"), domains, data)
+        _flat_corpus(os.path.join(root, "documents.jsonl"), domains, data, sources)
     else:
         for d in domains:
             path = files.get(f"{d}-benchmark")
             if path is None:
                 data.report.add("domains skipped: the source lacks their benchmark file", d)
                 continue
-            rows = read_jsonl(path)
+            rows = _benchmark_lines(path, sources)
             if not rows:
                 raise DataError("the file holds no conversations", path)
             for line, obj in rows:
@@ -245,27 +271,34 @@ def parse_recor(files: dict[str, str | None], domains: list[str]) -> RecorData:
             if cpath is None:
                 data.report.add("domains without a corpus file", d)
                 data.corpus[d] = {}
+                data.documents[d] = _no_rows
                 continue
-            data.corpus[d] = {doc_id: text for doc_id, text, _ in read_corpus(cpath, data.report)}
+            data.documents[d] = _documents(cpath, sources, data.report)
+            data.corpus[d] = _text_hashes(cpath, sources, data.documents[d])
     _check_gold(data)
     return data
 
 
-def _flat_corpus(path: str, domains: list[str], data: RecorData) -> None:
+def _flat_corpus(path: str, domains: list[str], data: RecorData, sources: SourceCache) -> None:
     cited: dict[str, str] = {}
     for d in domains:
         for row in data.qrels.get(d, []):
             cited.setdefault(row["corpus-id"], d)
         data.corpus.setdefault(d, {})
+        data.documents[d] = _no_rows
     if not os.path.isfile(path):
         data.report.add("flat source without documents.jsonl", path)
         return
-    for doc_id, text, _ in read_corpus(path, data.report):
+    rows = _documents(path, sources, data.report)
+    for doc_id, text in rows():
         domain = cited.get(doc_id) or next((d for d in DOMAINS if doc_id.lower().startswith(d + "_")), None)
         if domain is None:
             data.report.add("flat-source documents of unknown domain (left out)", doc_id)
         elif domain in domains:
-            data.corpus[domain][doc_id] = text
+            data.corpus[domain][doc_id] = hash(text)
+    for d in domains:
+        ids = data.corpus[d]
+        data.documents[d] = lambda ids=ids: ((doc_id, text) for doc_id, text in rows() if doc_id in ids)
 
 
 def _check_gold(data: RecorData) -> None:
@@ -299,8 +332,8 @@ def _check_gold(data: RecorData) -> None:
 
 def conflicting_ids(data: RecorData) -> set[str]:
     """Document ids used by several domains with different texts (qualified ``<domain>:<id>`` in all-*)."""
-    owners: dict[str, set[str]] = {}
+    owners: dict[str, set[int]] = {}
     for docs in data.corpus.values():
-        for doc_id, text in docs.items():
-            owners.setdefault(doc_id, set()).add(text)
+        for doc_id, text_hash in docs.items():
+            owners.setdefault(doc_id, set()).add(text_hash)
     return {doc_id for doc_id, texts in owners.items() if len(texts) > 1}

@@ -197,8 +197,14 @@ class StratRAG(BenchmarkBuilder):
         return [datasets.SplitGenerator(name=s, gen_kwargs={"split": s, "sources": sources}) for s in order]
 
     def split_records(self, split: str, sources: dict[str, str]) -> list[dict[str, Any]]:
-        """All StratRAG records of ``split`` (invalid examples reported in ``self.report``)."""
-        return build_split(split, sources, self.config, self.report)
+        """All StratRAG records of ``split`` (invalid examples reported in ``self.report``); the rules are
+        applied once per export (the configs share ``self.sources``)."""
+        c = self.config
+        options = (split, c.max_train, c.max_validation, c.sample_seed, c.pool_size, c.seed, c.fill,
+                   c.created_at or _default_created_at(), c.validation_row_offset, *sorted(sources))  # fmt: skip
+        paths = [sources[name] for name in sorted(sources)]
+        return self.sources.parsed(f"stratrag-records:{options!r}", paths,
+                                   lambda report: build_split(split, sources, c, report), self.report)  # fmt: skip
 
     def _generate_examples(self, split: str, sources: dict[str, str]):
         records = self.split_records(split, sources)

@@ -10,14 +10,24 @@ a local file or folder in the same format instead. Every builder declares:
 Problems found while building (records excluded by a rule, pads added, ids repaired) are collected in
 ``self.report`` as counters plus examples, so the exporter can print them and write them into the card:
 nothing is dropped silently.
+
+A ``SourceCache`` (builder keyword ``source_cache``) is shared by the configs of one export, so each source
+file is opened and parsed once per export: small parse results are kept in memory, row streams (corpora) are
+spilled to an intermediate file in the cache's folder and re-read from there. A builder used on its own gets
+a private cache.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+import shutil
+import tempfile
+import weakref
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import datasets
 
@@ -51,6 +61,108 @@ class BuildReport:
         return {"counts": dict(sorted(self.counts.items())), "examples": self.examples}
 
 
+class RecordingReport(BuildReport):
+    """A build report that also logs its ``add`` calls, so they can be replayed into another report."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, str | None, int]] = []
+
+    def add(self, event: str, example: str | None = None, limit: int = 10) -> None:
+        super().add(event, example, limit)
+        self.calls.append((event, example, limit))
+
+    def replay(self, into: BuildReport) -> None:
+        """Make the same ``add`` calls on ``into``, in the same order."""
+        for event, example, limit in self.calls:
+            into.add(event, example, limit)
+
+
+T = TypeVar("T")
+#: rows per pickled batch of a spilled row stream
+SPILL_BATCH = 2048
+
+
+class SourceCache:
+    """Parse results of source files, shared by the builder configs of one export.
+
+    An entry's key is its ``kind`` (what was parsed, and how) plus, per source file, its resolved path, size
+    and modification time, so a changed file is parsed again. ``parsed`` keeps a result in memory; ``spilled``
+    writes a row stream to ``folder`` once and streams it back from there (memory flat in the number of rows).
+    Report events of the parse are recorded once and replayed into each caller's report.
+    """
+
+    def __init__(self, folder: str | os.PathLike | None = None) -> None:
+        if folder is None:
+            folder = tempfile.mkdtemp(prefix="convrag-sources-")
+            weakref.finalize(self, shutil.rmtree, folder, True)
+        os.makedirs(folder, exist_ok=True)
+        self.folder = str(folder)
+        self._values: dict[tuple, tuple[Any, RecordingReport]] = {}
+        self._files: dict[tuple, tuple[str, RecordingReport]] = {}
+
+    @staticmethod
+    def key(kind: str, paths: Sequence[str | None]) -> tuple:
+        """``kind`` and (resolved path, size, mtime) of each existing path (None and missing paths as given)."""
+        parts: list[Any] = [kind]
+        for path in paths:
+            if path is None or not os.path.exists(path):
+                parts.append(path)
+            else:
+                stat = os.stat(path)
+                parts.append((os.path.realpath(path), stat.st_size, stat.st_mtime_ns))
+        return tuple(parts)
+
+    def parsed(
+        self, kind: str, paths: Sequence[str | None], parse: Callable[[BuildReport], T],
+        report: BuildReport | None = None,
+    ) -> T:  # fmt: skip
+        """``parse(report)`` of ``paths``, computed once; its report events are replayed into ``report``."""
+        key = self.key(kind, paths)
+        if key not in self._values:
+            recorded = RecordingReport()
+            self._values[key] = (parse(recorded), recorded)
+        value, recorded = self._values[key]
+        if report is not None:
+            recorded.replay(report)
+        return value
+
+    def spilled(
+        self, kind: str, paths: Sequence[str | None], produce: Callable[[BuildReport], Iterable[Any]],
+        report: BuildReport | None = None,
+    ) -> Callable[[], Iterator[Any]]:  # fmt: skip
+        """A function streaming the rows ``produce(report)`` yields; the source is read (and the rows written
+        to an intermediate file) once, on the first call; report events are replayed into ``report``."""
+        key = self.key(kind, paths)
+        if key not in self._files:
+            recorded = RecordingReport()
+            fd, target = tempfile.mkstemp(prefix="rows-", suffix=".pickle", dir=self.folder)
+            with os.fdopen(fd, "wb") as out:
+                batch: list[Any] = []
+                for row in produce(recorded):
+                    batch.append(row)
+                    if len(batch) == SPILL_BATCH:
+                        pickle.dump(batch, out, protocol=pickle.HIGHEST_PROTOCOL)
+                        batch = []
+                if batch:
+                    pickle.dump(batch, out, protocol=pickle.HIGHEST_PROTOCOL)
+            self._files[key] = (target, recorded)
+        target, recorded = self._files[key]
+        if report is not None:
+            recorded.replay(report)
+
+        def rows() -> Iterator[Any]:
+            with open(target, "rb") as handle:
+                while True:
+                    try:
+                        batch = pickle.load(handle)
+                    except EOFError:
+                        return
+                    yield from batch
+
+        return rows
+
+
 def is_url(path: str) -> bool:
     """True for http(s)/hf/s3-style URLs, False for local paths."""
     return "://" in path
@@ -68,9 +180,10 @@ class BenchmarkBuilder(datasets.GeneratorBasedBuilder):
     HUB_METADATA: dict[str, Any] = {}
     DEFAULT_SOURCES: dict[str, str] = {}
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, source_cache: SourceCache | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.report = BuildReport()
+        self.sources = source_cache if source_cache is not None else SourceCache()
 
     def resolve_sources(self, dl_manager: datasets.DownloadManager) -> dict[str, str]:
         """Return {name: local path} for this build: downloads URLs, checks local paths exist.

@@ -14,8 +14,11 @@ from typing import Any
 import yaml
 
 from convrag.arguments import RESULTS, check_retrievers, check_strategies, default_out
+from convrag.embed import add_parser as add_embed_parser
+from convrag.embed import resolve_device
 from convrag.errors import ConvragError
 from convrag.generate.command import add_parser as add_generate_parser
+from convrag.spaces import add_parser as add_space_parser
 
 _NAME_EQ = re.compile(r"^([A-Za-z_][\w-]*)=(.+)$")
 
@@ -97,6 +100,14 @@ def cmd_push(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    """Write a built folder (or Hub repo) as BEIR or TREC files; prints the files and their row counts."""
+    from convrag.export_formats import export_folder
+
+    print("\n".join(export_folder(args.folder, args.format, args.out, overwrite=args.overwrite).lines()))
+    return 0
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """Evaluate a built folder as the evaluation profile in its README says (one path for every benchmark).
 
@@ -111,7 +122,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     args.folder = str(resolve_folder(args.folder))
     for flag, value, least in (("--top-k", args.top_k, 1), ("--bootstrap", args.bootstrap, 0),
-                               ("--digits", args.digits, 0)):  # fmt: skip
+                               ("--digits", args.digits, 0), ("--batch-size", args.batch_size, 1)):  # fmt: skip
         if value is not None and value < least:
             raise ConvragError(f"{flag} must be at least {least}, got {value}")
     if args.strategies is not None and args.views is not None:
@@ -132,6 +143,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if strategies is not None:
         check_strategies(_split_list(strategies), "--strategies" if args.strategies is not None else "--views", profile)
     dense_options = _parse_options(args.dense_option, "--dense-option")
+    encoder = {"device": resolve_device(args.device), "batch_size": args.batch_size, "cache_dir": args.embeddings_cache}
+    dense_options.update({k: v for k, v in encoder.items() if v is not None})
     progress = wanted(args.no_progress)
     with progress_scope(manifest["benchmark"]), datasets_bars(progress):
         results, scored = evaluate_folder(
@@ -163,7 +176,7 @@ def _split_list(value: str) -> list[str]:
 
 
 def _dense_options(retrievers: list[str], model: str | None, options: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Options of the dense encoder for every retriever that has one (``dense``, ``hybrid``)."""
+    """Options of the dense encoder for every retriever that has one (``dense``, ``hybrid``, ``rrf``)."""
     out: dict[str, dict[str, Any]] = {}
     for spec in retrievers:
         name = spec.split(":", 1)[0]
@@ -172,6 +185,8 @@ def _dense_options(retrievers: list[str], model: str | None, options: dict[str, 
         elif name == "hybrid":
             out[spec] = {**({"model": model} if model and ":" not in spec else {}),
                          **({"dense_options": options} if options else {})}  # fmt: skip
+        elif name == "rrf" and options:  # its dense and hybrid components
+            out[spec] = {"dense_options": options}
     return {k: v for k, v in out.items() if v}
 
 
@@ -360,6 +375,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--private", action="store_true")
     p.set_defaults(func=cmd_push)
 
+    from convrag.export_formats import HELP as EXPORT_HELP
+
+    p = sub.add_parser("export", help="write a built folder as BEIR or TREC files", description=EXPORT_HELP)
+    p.add_argument("folder", help="folder written by `convrag build`, or Hub dataset repo id org/name[@revision]")
+    p.add_argument("--format", required=True, metavar="beir|trec", help="beir or trec (see above)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder (written whole, then renamed into place)")
+    p.add_argument("--overwrite", action="store_true", help="replace DIR if it holds an earlier `convrag export`")
+    p.set_defaults(func=cmd_export)
+    add_space_parser(sub)
+    add_embed_parser(sub)
+
     p = sub.add_parser("evaluate", help="run retrievers and query strategies on a built benchmark; write the tables")
     p.add_argument("folder", help="folder written by `convrag build` (its README declares how it is evaluated), or Hub "
                                   "dataset repo id org/name[@revision] of a pushed one")
@@ -387,6 +413,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dense-option", action="append", metavar="KEY=VALUE",
                    help="dense encoder option (repeatable): pooling=cls|mean|max|lasttoken, max_seq_length=N, "
                         "query_prompt=..., document_prompt=..., query_truncation=left|right, fit_queries=false")
+    p.add_argument("--device", help="dense encoding device: cpu, cuda, cuda:N, mps or auto (default auto: cuda, then "
+                                    "mps, then cpu)")
+    p.add_argument("--batch-size", type=int, help="dense encoding batch size (default 64)")
+    p.add_argument("--embeddings-cache", metavar="DIR",
+                   help="where document embeddings are kept between runs (`convrag embed` fills it; default: "
+                        "$CONVRAG_EMBEDDINGS_CACHE, else ~/.cache/convrag/embeddings; none: off)")
     p.add_argument("--llm", help="LLM spec for LLM strategies (rewrite), e.g. openai:MODEL@http://HOST:8000/v1 "
                                  "(default: $CONVRAG_LLM, else the embedded SmolLM2-135M, which only shows the "
                                  "plumbing: its tables carry a warning)")

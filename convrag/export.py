@@ -32,7 +32,7 @@ from huggingface_hub import DatasetCard, DatasetCardData
 
 from convrag import mteb_layout
 from convrag.build_options import check_options
-from convrag.builder_base import is_url
+from convrag.builder_base import SourceCache, is_url
 from convrag.builders import get_builder_class
 from convrag.errors import ConvragError, DataError
 from convrag.manifest import read_manifest
@@ -66,16 +66,17 @@ class ExportSummary:
 
 
 def build_config(
-    benchmark: str, config_name: str, cache_dir: str, options: dict[str, Any]
+    benchmark: str, config_name: str, cache_dir: str, options: dict[str, Any], sources: SourceCache | None = None
 ) -> tuple[datasets.DatasetDict, Any]:
     """Run one builder config; returns its non-empty splits and the builder (for ``info`` and ``report``).
+    ``sources``: parsed source files shared with the other configs of the export (each file is read once).
 
     Splits that came out with 0 rows are left out of the returned dict (``as_dataset`` cannot read them);
     they are still named in ``builder.info.splits``.
     """
     cls = get_builder_class(benchmark)
     try:
-        builder = cls(config_name=config_name, cache_dir=cache_dir, **options)
+        builder = cls(config_name=config_name, cache_dir=cache_dir, source_cache=sources, **options)
         builder.download_and_prepare()
     except datasets.exceptions.DatasetGenerationError as err:
         if isinstance(err.__cause__, ConvragError):
@@ -141,8 +142,9 @@ def _build_into(
     empty_configs: list[str] = []
     empty_splits: list[str] = []
     with tempfile.TemporaryDirectory(prefix="convrag-build-") as cache_dir:
+        sources = SourceCache(Path(cache_dir, "sources"))
         for name in names:
-            dataset, builder = build_config(cls.BENCHMARK, name, cache_dir, options)
+            dataset, builder = build_config(cls.BENCHMARK, name, cache_dir, options, sources)
             merge_report(summary.report, builder.report.to_dict())
             info = builder.info.copy()
             empty = [s for s in info.splits or {} if s not in dataset]

@@ -50,9 +50,12 @@ def open_binary(path: str) -> IO[bytes]:
     if os.path.isdir(path):
         raise DataError("is a folder, expected a file", path)
     try:
-        with open(path, "rb") as handle:
-            compressed = handle.read(2) == GZIP_MAGIC
-        return gzip.open(path, "rb") if compressed else open(path, "rb")  # noqa: SIM115 (the caller closes it)
+        handle = open(path, "rb")  # noqa: SIM115 (the caller closes it)
+        if handle.read(2) == GZIP_MAGIC:
+            handle.close()
+            return gzip.open(path, "rb")
+        handle.seek(0)
+        return handle
     except FileNotFoundError:
         raise DataError("file does not exist", path) from None
     except OSError as err:

@@ -23,6 +23,13 @@ REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("CONVRAG_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def embeddings_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Dense embeddings kept on disk go to a folder of this session, never to ~/.cache (unless set outside)."""
+    os.environ.setdefault("CONVRAG_EMBEDDINGS_CACHE", str(tmp_path_factory.mktemp("embeddings-cache")))
+    return Path(os.environ["CONVRAG_EMBEDDINGS_CACHE"])
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not DATA.exists():
         raise pytest.UsageError(f"shared data folder not found at {DATA} (set CONVRAG_SHARED_DATA)")

@@ -54,7 +54,8 @@ def test_evaluate_prints_the_paper_tables(built, tmp_path, capsys):
                                                   "first turn after switch": 2, "after switch": 12}
     assert f"| bm25 | lastturn | {hit1 * 100:.4f} [" in printed  # x100 in the table, unscaled in the JSON
     assert (out / "per_turn.png").read_bytes()[:4] == b"\x89PNG"
-    assert {p.name for p in (out / "runs").iterdir()} == {"bm25__history.trec", "bm25__lastturn.trec"}
+    assert {p.name for p in (out / "runs").iterdir()} == {"bm25__history.trec", "bm25__lastturn.trec",
+                                                          "qrels.trec"}
 
 
 def test_extended_recall_pool_search_and_cluster_corpus(built, tmp_path):

@@ -157,7 +157,7 @@ def test_end_to_end_on_the_real_sample(tmp_path: Path) -> None:
     assert len(res["significance"]) == 3 * 6  # 4 vs baseline + H+R vs Hist + H+R vs Reas, pooled + 2 retrievers
     write_outputs(res, scored, tmp_path / "results")
     out = tmp_path / "results"
-    assert (out / "turn_position.png").read_bytes()[:4] == b"\x89PNG" and len(list((out / "runs").iterdir())) == 10
+    assert (out / "turn_position.png").read_bytes()[:4] == b"\x89PNG" and len(list((out / "runs").iterdir())) == 11
     saved = json.loads((out / "results.json").read_text())
     assert saved["systems"]["bm25"]["baseline"]["macro"] == res["systems"]["bm25"]["baseline"]["macro"]
     md = (out / "results.md").read_text()

@@ -113,9 +113,10 @@ def test_a_second_evaluation_into_the_same_folder_leaves_no_stale_run(strat, tmp
     assert (out / "runs" / "random.trec").exists()
     (out / "notes.txt").write_text("mine")  # not ours: kept
     assert _evaluate(capsys, strat, out, "--retrievers", "bm25")[0] == 0
-    assert sorted(p.name for p in (out / "runs").iterdir()) == ["bm25.trec"]
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["bm25.trec", "qrels.trec"]
     assert (out / "notes.txt").read_text() == "mine" and not list(out.glob(".convrag-tmp-*"))
-    assert json.loads((out / "results.json").read_text())["files"] == ["results.json", "results.md", "runs/bm25.trec"]
+    assert json.loads((out / "results.json").read_text())["files"] == ["results.json", "results.md", "runs/bm25.trec",
+                                                                      "runs/qrels.trec"]
 
 
 # ---------------------------------------------------------------- classes 4, 6, 7: run files

@@ -4,9 +4,10 @@
 Written files (``out``): ``results.json`` (strict JSON, NaN as null, unrounded; ``files`` lists what was
 written, so that a later evaluation into the same folder removes what it does not rewrite), ``results.md``
 (the tables, then every system's coverage),
-``runs/<system>.trec`` (one strategy) or ``runs/<system>__<strategy>.trec``, official submission files when
-the profile names a submission format, and the report's plots (``turn_position.png`` for RECOR-shaped
-reports, ``per_turn.png`` for MTR-Bench-shaped ones).
+``runs/<system>.trec`` (one strategy) or ``runs/<system>__<strategy>.trec``, ``runs/qrels.trec`` (the qrels they
+were scored against, with the runs' ids: trec_eval, ir_measures and ranx re-score the runs with it), official
+submission files when the profile names a submission format, and the report's plots (``turn_position.png`` for
+RECOR-shaped reports, ``per_turn.png`` for MTR-Bench-shaped ones).
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ from convrag.evaluation.engine import (
 )
 from convrag.evaluation.profile import EvaluationProfile
 from convrag.jsonl import json_safe
-from convrag.metrics.retrieval.trec import find_line, read_run, safe_token, write_run
+from convrag.metrics.retrieval.trec import find_line, read_run, safe_token, write_qrels, write_run
+
+#: the qrels every run was scored against, with the runs' query and document ids (``trec_eval QRELS RUN``)
+QRELS_FILE = "runs/qrels.trec"
 
 
 def _generic(results: Mapping[str, Any], digits: int) -> str:
@@ -162,10 +166,22 @@ def _stage(results: Mapping[str, Any], scored: Scored, out: Path, text: str, sta
 
             staged[f"runs/{stem}.jsonl"] = out / "runs" / f"{tmp}{stem}.jsonl"
             write_submission(scored.runs[(system, strategy)], staged[f"runs/{stem}.jsonl"])
+    if QRELS_FILE in staged:
+        raise ConvragError(f"a system's run would be written to {QRELS_FILE}, the name of the qrels file; rename it")
+    staged[QRELS_FILE] = out / "runs" / f"{tmp}qrels.trec"
+    write_qrels(merged_qrels(scored.data), staged[QRELS_FILE])
     files = ["results.json", *staged]
     staged["results.json"] = out / f"{tmp}results.json"
     payload = json.dumps(json_safe({**results, "files": files}), indent=1, allow_nan=False) + "\n"
     staged["results.json"].write_text(payload, encoding="utf-8")
+
+
+def merged_qrels(data: BenchmarkData) -> dict[str, dict[str, int]]:
+    """Every subset's qrels in one table, document ids written as in the runs (``BenchmarkData.doc_keys``; a judged
+    document missing from the corpus keeps its own id)."""
+    keys = data.doc_keys
+    return {q: {keys.get((s, d), d): grade for d, grade in judged.items()}
+            for s, qrels in data.qrels.items() for q, judged in qrels.items()}  # fmt: skip
 
 
 def _previous_files(out: Path) -> list[str]:

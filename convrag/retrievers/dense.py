@@ -20,10 +20,13 @@ How a text becomes E(text), as the field configures bi-encoders:
 
 Options are applied per encode call (the loaded model is shared by every retriever and left as it was).
 Documents are encoded once per corpus by ``index``; pool-restricted search then only encodes queries and
-takes dot products with the stored pool rows. Encoded corpora are also kept in a small in-process cache
-(keyed by model, pooling, document length limit, truncation side and prompt and the exact document texts;
-``EMBEDDING_CACHE_SIZE`` entries), so a second retriever over the same corpus (``dense`` then ``hybrid``)
-does not re-encode. Loaded models are shared the same way.
+takes dot products with the stored pool rows. Encoded corpora are kept in a small in-process cache
+(keyed by model, pooling, document length limit, truncation side and prompt and the exact doc ids and texts;
+``EMBEDDING_CACHE_SIZE`` entries) and on disk (``convrag.embed``: ``cache_dir``, default
+``~/.cache/convrag/embeddings``), so another retriever over the same corpus (``dense`` then ``hybrid``, another
+strategy, a later run) does not re-encode; ``cache=False`` turns both off. Loaded models are shared too.
+``device`` (cpu, cuda, cuda:N, mps; ``auto``/None: sentence-transformers' choice) and ``batch_size`` go to
+sentence-transformers.
 
 Whole-corpus top-k search is brute force (numpy matrix products) up to ``faiss_threshold`` documents and
 faiss above it: ``faiss_index="flat"`` (``IndexFlatIP``, exact: same documents and scores as brute force up
@@ -33,16 +36,19 @@ A full ranking (``top_k=None``) is always brute force.
 
 from __future__ import annotations
 
-import hashlib
+import os
 import sys
+import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from convrag import embed as disk
 from convrag.progress import label, relabelled
 from convrag.query_text import FITS, TAIL_CUT, TRIMMED, fit_query
 from convrag.retrievers.base import Retriever, ranked_order
@@ -131,14 +137,6 @@ def pooled_model(model: str, device: str | None = None, pooling: str | None = No
     )  # fmt: skip
 
 
-def _fingerprint(texts: list[str]) -> str:
-    h = hashlib.sha1()
-    for t in texts:
-        h.update(t.encode("utf-8"))
-        h.update(b"\x00")
-    return f"{len(texts)}:{h.hexdigest()}"
-
-
 def _choice(name: str, value: Any, allowed: Sequence[str]) -> Any:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {tuple(allowed)}, got {value!r}")
@@ -163,6 +161,7 @@ class DenseRetriever(Retriever):
         query_prompt: str | None = None,
         document_prompt: str | None = None,
         cache: bool = True,
+        cache_dir: str | os.PathLike[str] | None = None,
         pooling: str | None = None,
         max_seq_length: int | None = None,
         query_truncation: str = "left",
@@ -174,12 +173,19 @@ class DenseRetriever(Retriever):
         _choice("faiss_index", faiss_index, FAISS_INDEXES)
         self.model_name = model or default_model_path()
         self.batch_size = int(batch_size)
-        self.device = device
+        self.device = disk.resolve_device(None if device is None else str(device))
         self.faiss_threshold = int(faiss_threshold)
         self.faiss_index = faiss_index
         self.hnsw_m, self.ivf_nlist, self.nprobe = int(hnsw_m), ivf_nlist, int(nprobe)
         self.query_prompt, self.document_prompt = query_prompt, document_prompt
         self.cache = cache
+        #: Root of the on-disk embeddings cache (None: off); see ``convrag.embed``.
+        self.cache_dir = None if not cache else (
+            disk.default_cache_dir() if cache_dir is None
+            else None if str(cache_dir).strip().lower() in disk.OFF else Path(cache_dir)
+        )  # fmt: skip
+        #: How the last ``index`` got its embeddings ("encoded", "reused (disk)", "reused (memory)") and the entry.
+        self.cache_status, self.cache_entry = "", None
         self.pooling = None if pooling is None else _choice("pooling", str(pooling).lower(), POOLING_MODES)
         if max_seq_length is not None and int(max_seq_length) < 1:
             raise ValueError(f"max_seq_length must be a positive integer or None, got {max_seq_length!r}")
@@ -191,6 +197,7 @@ class DenseRetriever(Retriever):
         self.fit_stats: dict[str, int] = {}
         self.embeddings = np.empty((0, 0), dtype=np.float32)
         self._faiss: Any = None
+        self._entry: str | None = None
         self._last_queries: tuple[tuple[Any, ...], np.ndarray] | None = None
 
     @property
@@ -283,18 +290,39 @@ class DenseRetriever(Retriever):
         return out
 
     # ----------------------------------------------------------------- index and search
+    def document_settings(self) -> dict[str, Any]:
+        """Everything but the corpus that decides the document vectors (the disk cache key's fields)."""
+        return {"model": disk.model_identity(self.model_name), "pooling": self.pooling_used(),
+                "max_seq_length": self.limit("document"), "truncation": self.document_truncation,
+                "prompt": self.prompt("document"), "normalize": "l2", "dtype": "float32"}  # fmt: skip
+
     def _fit(self, show_progress: bool) -> None:
+        fingerprint = disk.corpus_fingerprint(self.doc_ids, self.doc_texts)
         key = (self.model_name, self.pooling_used(), self.limit("document"), self.document_truncation,
-               self.prompt("document"), _fingerprint(self.doc_texts))  # fmt: skip
+               self.prompt("document"), fingerprint)  # fmt: skip
         cached = _EMBEDDINGS.get(key) if self.cache else None
+        self.cache_status, self._entry = "reused (memory)", None
+        store = disk.EmbeddingStore(self.cache_dir) if self.cache_dir is not None else None
+        if store is not None:
+            settings = {**self.document_settings(), "corpus": fingerprint}
+            self._entry = disk.entry_key(settings)
         if cached is None:
+            cached = store.load(self._entry, self.doc_ids) if store is not None else None
+            self.cache_status = "reused (disk)"
+        seconds = None
+        if cached is None:
+            start = time.perf_counter()
             cached = self.encode(self.doc_texts, "document", show_progress)
-            if self.cache:
-                _EMBEDDINGS[key] = cached
-                while len(_EMBEDDINGS) > EMBEDDING_CACHE_SIZE:
-                    _EMBEDDINGS.popitem(last=False)
-        else:
+            self.cache_status, seconds = "encoded", round(time.perf_counter() - start, 3)
+        if store is not None and (seconds is not None or not store.path(self._entry).exists()):  # new or memory only
+            store.save(self._entry, self.doc_ids, cached, {**settings, **disk.provenance(
+                self.model_name, str(self.model.device), self.batch_size, seconds)})  # fmt: skip
+        if self.cache:
+            _EMBEDDINGS[key] = cached
             _EMBEDDINGS.move_to_end(key)
+            while len(_EMBEDDINGS) > EMBEDDING_CACHE_SIZE:
+                _EMBEDDINGS.popitem(last=False)
+        self.cache_entry = str(store.path(self._entry)) if store is not None else None
         self.embeddings = cached
         self._faiss = None
         self._last_queries = None
@@ -317,7 +345,28 @@ class DenseRetriever(Retriever):
         """Whether a whole-corpus top-``k`` search goes through faiss (corpus above the threshold)."""
         return len(self.doc_ids) > self.faiss_threshold and k < len(self.doc_ids)
 
+    def _nlist(self) -> int:
+        """IVF lists: ``ivf_nlist``, else about 4 sqrt(n), at least 39 training points per list."""
+        n = len(self.doc_ids)
+        return int(self.ivf_nlist or max(1, min(n // 39, int(4 * np.sqrt(n)))))
+
+    def _faiss_name(self) -> str:
+        return {"flat": "flat", "hnsw": f"hnsw-m{self.hnsw_m}", "ivf": f"ivf-{self._nlist()}"}[self.faiss_index]
+
     def _build_faiss(self) -> Any:
+        """The faiss index of ``faiss_index`` over the embeddings, read from / stored beside the disk cache entry."""
+        store = disk.EmbeddingStore(self.cache_dir) if self.cache_dir is not None and self._entry else None
+        n, dim = self.embeddings.shape
+        index = store.load_faiss(self._entry, self._faiss_name(), n, dim) if store is not None else None
+        if index is None:
+            index = self._new_faiss()
+            if store is not None:
+                store.save_faiss(self._entry, self._faiss_name(), index)
+        if self.faiss_index == "ivf":
+            index.nprobe = min(self.nprobe, index.nlist)
+        return index
+
+    def _new_faiss(self) -> Any:
         import faiss
 
         n, dim = self.embeddings.shape
@@ -326,10 +375,9 @@ class DenseRetriever(Retriever):
         elif self.faiss_index == "hnsw":
             index = faiss.IndexHNSWFlat(dim, self.hnsw_m, faiss.METRIC_INNER_PRODUCT)
         else:
-            nlist = self.ivf_nlist or max(1, min(n // 39, int(4 * np.sqrt(n))))
+            nlist = self._nlist()
             index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
             index.train(self.embeddings)
-            index.nprobe = min(self.nprobe, nlist)
         index.add(self.embeddings)
         return index
 
@@ -367,6 +415,7 @@ class DenseRetriever(Retriever):
             "pooling": self.pooling_used(),
             "max_seq_length": self.limit("document"),
             "batch_size": self.batch_size,
+            "device": str(self.model.device),
             "faiss_threshold": self.faiss_threshold,
             "faiss_index": self.faiss_index,
             "query_prompt": self.query_prompt,
