@@ -3,12 +3,16 @@
 Data (seeded, written under ``--work``, default a folder in /tmp):
 
 * RECOR: 11 domains, 507,141 documents, 707 conversations / 2,971 turns (release file layout and fields);
-* MTRAG: a clapnq-size corpus of 183,408 passages in ``corpora/passage_level/clapnq.jsonl.zip``.
+* MTRAG: a clapnq-size corpus of 183,408 passages in ``corpora/passage_level/clapnq.jsonl.zip``;
+* MTR-Bench: an MTR-DOCUMENT-shaped corpus of 1,041,047 passages (``corpus.parquet``: id, url, title, text,
+  naive_quality, edu_quality; row index = document_idx) and a 12-turn ``test.parquet`` split whose turns quote
+  8 corpus passages each (ctxs) with one gold.
 
-Each build runs in its own subprocess started through a small wrapper that counts ``open`` audit events per
-source file and reports its own peak RSS (``ru_maxrss``). Usage::
+Each build runs in its own subprocess started through a small wrapper that counts ``open`` audit events and
+``pyarrow.parquet.ParquetFile`` openings (footer reads included) per source file and reports its own peak RSS
+(``ru_maxrss``). Usage::
 
-    python benchmarks/bench_build_scale.py [--scales 0.1 1] [--only recor mtrag] [--work /tmp/x]
+    python benchmarks/bench_build_scale.py [--scales 0.1 1] [--only recor mtrag mtr-bench] [--work /tmp/x]
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ RECOR_DOCS, RECOR_CONVERSATIONS, RECOR_TURNS = 507_141, 707, 2_971
 RECOR_FILES = ("biology", "earth_science", "economics", "psychology", "robotics", "sustainable_living",
                "Drones", "hardware", "law", "medicalsciences", "politics")  # fmt: skip
 CLAPNQ_PASSAGES = 183_408
+MTR_DOCUMENTS, MTR_CONVERSATIONS, MTR_TURNS = 1_041_047, 200, 12
 WORDS = [
     "".join(random.Random(i).choice("abcdefghijklmnopqrstuvwxyz") for _ in range(random.Random(-i).randint(2, 10)))
     for i in range(5000)
@@ -42,6 +47,13 @@ def hook(event, args):
         if path.startswith(root + os.sep) and os.path.isfile(path):
             opens[path] = opens.get(path, 0) + 1
 sys.addaudithook(hook)
+import pyarrow.parquet as pq
+_parquet_init = pq.ParquetFile.__init__
+def counted_init(self, source, *args, **kwargs):
+    if isinstance(source, str):
+        hook("open", (source, "rb"))
+    _parquet_init(self, source, *args, **kwargs)
+pq.ParquetFile.__init__ = counted_init
 from convrag.cli import main
 try:
     code = main(sys.argv[3:])
@@ -103,12 +115,48 @@ def make_mtrag(root: Path, scale: float, seed: int = 0) -> None:
             raw.write((json.dumps(row) + "\n").encode())
 
 
+def _mtr_document(idx: int) -> dict:
+    """Corpus row ``idx`` of the synthetic MTR-DOCUMENT (a function of ``idx``, so turns can quote it)."""
+    rng = random.Random(idx)
+    title = _text(rng, 3)
+    return {"id": f"{idx}-0", "url": f"https://en.wikipedia.org/wiki/{idx}", "title": title, "text": _text(rng, 240),
+            "naive_quality": 0, "edu_quality": 2.5}  # fmt: skip
+
+
+def make_mtr_bench(root: Path, scale: float, seed: int = 0) -> None:
+    """``corpus.parquet`` (MTR-DOCUMENT shape, ``scale`` x 1,041,047 rows) and a 12-turn ``test.parquet``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root.mkdir(parents=True)
+    n_docs = int(MTR_DOCUMENTS * scale)
+    schema = pa.schema([("id", pa.string()), ("url", pa.string()), ("title", pa.string()), ("text", pa.string()),
+                        ("naive_quality", pa.int64()), ("edu_quality", pa.float64())])  # fmt: skip
+    with pq.ParquetWriter(root / "corpus.parquet", schema) as writer:
+        for start in range(0, n_docs, 10_000):
+            rows = [_mtr_document(i) for i in range(start, min(n_docs, start + 10_000))]
+            writer.write_table(pa.Table.from_pylist(rows, schema=schema))
+    rng = random.Random(seed)
+    rows = []
+    for c in range(MTR_CONVERSATIONS):
+        ctxs = [{"document_idx": i, **_mtr_document(i)} for i in rng.sample(range(n_docs), 8)]
+        messages: list[dict] = []
+        for t in range(1, MTR_TURNS + 1):
+            messages = [*messages, {"role": "user", "content": _text(rng, 15)},
+                        {"role": "assistant", "content": _text(rng, 40)}]  # fmt: skip
+            gold = rng.choice(ctxs)
+            rows.append({"messages": messages, "ctxs": ctxs, "ground_truth_document_idx": gold["document_idx"],
+                         "ground_truth_ctx": gold, "cluster_idx": c, "turn": t, "switch_turn": -1})  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(rows), root / "test.parquet")
+
+
 def run_build(benchmark: str, source: Path, out: Path) -> dict:
     """Run ``convrag build`` in a subprocess; returns seconds, peak RSS (MB) and opens per source file."""
     report = out.with_suffix(".json")
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", WRAPPER, str(source), str(report), "build", benchmark,
-                           "--source", str(source), "--out", str(out)], capture_output=True, text=True)  # fmt: skip
+                           "--source", str(source), "--out", str(out), "--overwrite"],
+                          capture_output=True, text=True)  # fmt: skip
     seconds = time.perf_counter() - start
     if proc.returncode:
         raise SystemExit(f"build {benchmark} failed:\n{proc.stderr[-3000:]}")
@@ -122,11 +170,12 @@ def run_build(benchmark: str, source: Path, out: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--scales", type=float, nargs="+", default=[0.1, 1.0])
-    parser.add_argument("--only", nargs="+", default=["recor", "mtrag"], choices=["recor", "mtrag"])
+    parser.add_argument("--only", nargs="+", default=["recor", "mtrag", "mtr-bench"],
+                        choices=["recor", "mtrag", "mtr-bench"])  # fmt: skip
     parser.add_argument("--work", default=None, help="folder for the synthetic data (default: a new /tmp folder)")
     args = parser.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="convrag-bench-build-"))
-    makers = {"recor": make_recor, "mtrag": make_mtrag}
+    makers = {"recor": make_recor, "mtrag": make_mtrag, "mtr-bench": make_mtr_bench}
     rows = []
     for benchmark in args.only:
         for scale in args.scales:

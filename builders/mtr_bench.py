@@ -20,7 +20,7 @@ The corpus repo name ``OkayestProgrammer/MTR-DOCUMENT`` is our assumption: no re
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,7 +146,8 @@ class MTRBench(BenchmarkBuilder):
             self.report.add(unchecked)
             return None
         try:
-            return corpus_size(ms.fetch(spec, "corpus", local_only=spec[0] == "hub"))
+            files = ms.fetch(spec, "corpus", local_only=spec[0] == "hub")
+            return self.sources.parsed("mtr-bench-corpus-rows", files, lambda _: corpus_size(files))
         except DataError:
             if spec[0] != "hub":
                 raise
@@ -158,12 +159,8 @@ class MTRBench(BenchmarkBuilder):
         if view == "corpus":
             n = 0
             # row index must be document_idx: every row the conversations quote is compared with their copy
-            quoted: dict[int, str] = {}
-            if bench:
-                parser = ms.Parser(split, self.config.release, BuildReport(), keep_docs=True)
-                for _ in parser.conversations(bench):
-                    pass
-                quoted = {i: text for i, (_, text, _) in parser.docs.items()}
+            parsed = self._parsed(split, bench) if bench else _no_items
+            quoted = {item[1]: item[3] for item in parsed() if item[0] == "document"}
             for idx, title, text, url in iter_corpus(files):
                 if idx in quoted and quoted[idx].strip() != text.strip():
                     self.report.add(MISALIGNED, str(idx))
@@ -172,24 +169,57 @@ class MTRBench(BenchmarkBuilder):
                 yield idx, {"_id": str(idx), "title": title, "text": text, "url": url}
                 n = idx + 1
             self.report.counts["corpus documents"] = n
-            if bench:  # the gold check of the benchmark's test split against the corpus just read
-                for _ in ms.Parser(split, self.config.release, self.report, corpus_rows=n).conversations(bench):
-                    pass
+            self.sources.parsed("mtr-bench-corpus-rows", files, lambda _: n)  # later configs need not count
+            for item in parsed():  # the gold check of the benchmark's test split against the corpus just read
+                if item[0] == "conversation":
+                    check_gold(item[1], n, self.report)
             return
-        parser = ms.Parser(split, self.config.release, self.report, corpus_rows=corpus_rows,
-                           keep_docs=view == "cluster-corpus")  # fmt: skip
-        for conv in parser.conversations(files):
-            if view == "conversations":
-                yield conv.conversation_id, conversation_row(conv)
-            elif view != "cluster-corpus":
-                for t in conv.turns:
-                    qid = f"{conv.conversation_id}:{t.turn}"
-                    yield qid, turn_row(view, qid, conv, t)
-        if view == "cluster-corpus":
-            self.report.counts[f"cluster-corpus documents: {split}"] = len(parser.docs)
-            for idx in sorted(parser.docs):
-                title, text, url = parser.docs[idx]
+        documents = 0
+        for item in self._parsed(split, files)():
+            if item[0] == "conversation":
+                conv = item[1]
+                check_gold(conv, corpus_rows, self.report)
+                if view == "conversations":
+                    yield conv.conversation_id, conversation_row(conv)
+                elif view != "cluster-corpus":
+                    for t in conv.turns:
+                        qid = f"{conv.conversation_id}:{t.turn}"
+                        yield qid, turn_row(view, qid, conv, t)
+            elif view == "cluster-corpus":
+                _, idx, title, text, url = item
+                documents += 1
                 yield idx, {"_id": str(idx), "title": title, "text": text, "url": url}
+        if view == "cluster-corpus":
+            self.report.counts[f"cluster-corpus documents: {split}"] = documents
+
+    def _parsed(self, split: str, files: list[str]) -> Callable[[], Iterator[tuple]]:
+        """The split's parse, once per export (``self.sources``): a stream of ("conversation", Conversation)
+        items in file order, then ("document", document_idx, title, text, url) for every ``ctxs`` document
+        sorted by document_idx; parse events go to ``self.report``."""
+        release = self.config.release
+
+        def produce(report: BuildReport) -> Iterator[tuple]:
+            parser = ms.Parser(split, release, report, keep_docs=True)
+            for conv in parser.conversations(files):
+                yield "conversation", conv
+            for idx in sorted(parser.docs):
+                yield "document", idx, *parser.docs[idx]
+
+        return self.sources.spilled(f"mtr-bench:{split}:{release}", files, produce, self.report)
+
+
+def _no_items() -> Iterator[tuple]:
+    return iter(())
+
+
+def check_gold(conv: ms.Conversation, corpus_rows: int | None, report: BuildReport) -> None:
+    """Count the turns whose gold document_idx lies beyond a corpus of ``corpus_rows`` rows (None: unknown)."""
+    if corpus_rows is None:
+        return
+    for t in conv.turns:
+        if t.gold >= corpus_rows:
+            qid = f"{conv.conversation_id}:{t.turn}"
+            report.add("gold document_idx beyond the corpus's last row (qrels kept)", qid, limit=100)
 
 
 def conversation_row(conv: ms.Conversation) -> dict[str, Any]:
@@ -232,7 +262,7 @@ def _corpus_batches(pf: pq.ParquetFile, path: str, batch_size: int) -> Iterator[
     missing = [c for c in ("title", "text", "url") if c not in pf.schema_arrow.names]
     if missing:
         raise DataError(f"corpus lacks columns {missing}", path)
-    for batch in ms.parquet_batches(path, ["title", "text", "url"], batch_size):
+    for batch in ms.parquet_batches(path, ["title", "text", "url"], batch_size, pf):
         yield from zip(*(batch.column(c).to_pylist() for c in ("title", "text", "url")), strict=True)
 
 

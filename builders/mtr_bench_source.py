@@ -160,9 +160,12 @@ def open_parquet(path: str) -> pq.ParquetFile:
         raise DataError(f"not a readable Parquet file ({' '.join(str(err).split())})", path) from err
 
 
-def parquet_batches(path: str, columns: list[str], batch_size: int) -> Iterator[pa.RecordBatch]:
-    """Record batches of ``columns`` of a Parquet file; corrupt data is a DataError naming the file."""
-    pf = open_parquet(path)
+def parquet_batches(
+    path: str, columns: list[str], batch_size: int, pf: pq.ParquetFile | None = None
+) -> Iterator[pa.RecordBatch]:
+    """Record batches of ``columns`` of a Parquet file (``pf``: the file already opened); corrupt data is a
+    DataError naming the file."""
+    pf = pf if pf is not None else open_parquet(path)
     try:
         yield from pf.iter_batches(batch_size=batch_size, columns=columns)
     except (pa.ArrowException, OSError) as err:
@@ -177,9 +180,10 @@ def iter_records(files: Iterable[str], columns: list[str], batch_size: int = 256
             for line, obj in iter_jsonl(text_lines(path), path):
                 yield path, line, obj
             continue
-        names = open_parquet(path).schema_arrow.names
+        pf = open_parquet(path)
+        names = pf.schema_arrow.names
         row = 0
-        for batch in parquet_batches(path, [c for c in columns if c in names], batch_size):
+        for batch in parquet_batches(path, [c for c in columns if c in names], batch_size, pf):
             for obj in batch.to_pylist():
                 row += 1
                 yield path, row, obj

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import gzip
 import os
 import re
 import zipfile
@@ -28,7 +29,7 @@ from typing import Any
 
 from convrag.builder_base import BuildReport, is_url
 from convrag.errors import DataError
-from convrag.jsonl import decoded_lines, iter_jsonl, read_jsonl, text_lines, typed_field
+from convrag.jsonl import decoded_lines, handle_lines, iter_jsonl, open_binary, read_jsonl, text_lines, typed_field
 
 DOMAINS = ("clapnq", "cloud", "fiqa", "govt")
 VIEWS = ("lastturn", "questions", "rewrite")
@@ -225,20 +226,24 @@ def iter_corpus(path: str, report: BuildReport | None = None) -> Iterator[dict[s
     A corrupt or truncated archive, non-UTF-8 bytes, a missing or repeated id are errors naming the file (and
     the line); passages with empty text are kept and counted in ``report``.
     """
-    if not (path.endswith(".zip") or zipfile.is_zipfile(path)):
-        yield from _corpus_lines(text_lines(path), path, report)
-        return
-    try:
-        with zipfile.ZipFile(path) as archive:
-            members = [n for n in archive.namelist() if n.endswith(".jsonl") and not n.startswith("__MACOSX")]
-            if len(members) != 1:
-                raise DataError(f"expected exactly one .jsonl file in the archive, found {members}", path)
-            with archive.open(members[0]) as raw:
-                yield from _corpus_lines(decoded_lines(raw, f"{path}!{members[0]}"), f"{path}!{members[0]}", report)
-    except (zipfile.BadZipFile, zlib.error, EOFError) as err:
-        raise DataError(f"corrupt or truncated zip archive ({type(err).__name__}: {err})", path) from None
-    except OSError as err:  # the archive itself cannot be opened or read
-        raise DataError(f"cannot read the zip archive ({err.strerror or err})", path) from None
+    with open_binary(path) as handle:  # opened once: the zip test and the reading share the handle
+        zipped = not isinstance(handle, gzip.GzipFile) and (path.endswith(".zip") or zipfile.is_zipfile(handle))
+        handle.seek(0)
+        if not zipped:
+            yield from _corpus_lines(handle_lines(handle, path), path, report)
+            return
+        try:
+            with zipfile.ZipFile(handle) as archive:
+                members = [n for n in archive.namelist() if n.endswith(".jsonl") and not n.startswith("__MACOSX")]
+                if len(members) != 1:
+                    raise DataError(f"expected exactly one .jsonl file in the archive, found {members}", path)
+                where = f"{path}!{members[0]}"
+                with archive.open(members[0]) as raw:
+                    yield from _corpus_lines(decoded_lines(raw, where), where, report)
+        except (zipfile.BadZipFile, zlib.error, EOFError) as err:
+            raise DataError(f"corrupt or truncated zip archive ({type(err).__name__}: {err})", path) from None
+        except OSError as err:  # the archive cannot be read
+            raise DataError(f"cannot read the zip archive ({err.strerror or err})", path) from None
 
 
 def _corpus_lines(lines: Iterable[str], where: str, report: BuildReport | None) -> Iterator[dict[str, str]]:

@@ -182,7 +182,8 @@ class RECOR(BenchmarkBuilder):
                     if (
                         self.config.domain == ALL
                         and key == doc_id
-                        and any(doc_id in data.corpus.get(o, {}) for o in domains[: domains.index(d)])
+                        and doc_id in data.shared
+                        and data.shared[doc_id][0][0] != d
                     ):
                         continue  # same id, same text in an earlier domain: kept once
                     yield f"{d}:{doc_id}", {"_id": key, "title": "", "text": text, "domain": d}

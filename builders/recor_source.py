@@ -18,7 +18,8 @@ build report: turns with an empty answer (the answer is not scored) and document
 may point at them).
 
 Parsing goes through a ``SourceCache`` shared by the configs of an export: each file is read once; a corpus is
-streamed into an intermediate file and only its ids (with a hash of each text) are kept in memory.
+streamed into an intermediate file and only its ids (with a hash of each text) are kept in memory, as compact
+``DocTable`` arrays (24 bytes a document), so memory stays nearly flat in corpus size.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from convrag.builder_base import BuildReport, SourceCache, is_url
 from convrag.errors import DataError
 from convrag.jsonl import iter_jsonl, read_jsonl, text_lines
 from convrag.jsonl import typed_field as check
+
+from .recor_ids import DocTable, digest, name_shared, shared_digests
 
 #: file-name domain (as released) -> config / column domain name (lower case, as in ``task``)
 FILE_DOMAINS = ("biology", "earth_science", "economics", "psychology", "robotics", "sustainable_living",
@@ -114,15 +117,17 @@ def _no_rows() -> Iterator[tuple[str, str]]:
 class RecorData:
     """Parsed release: rows per domain, the corpus per domain and the build report.
 
-    ``corpus``: domain -> {document id: hash of its text} (file order); ``documents``: domain -> a function
-    streaming its (document id, text) pairs in that order.
+    ``corpus``: domain -> its documents' ids and text hashes; ``documents``: domain -> a function streaming
+    its (document id, text) pairs in file order; ``shared``: document ids held by several domains -> (those
+    domains in domain order, whether their texts differ), in first-seen order.
     """
 
     conversations: dict[str, list[dict]] = field(default_factory=dict)
     queries: dict[str, list[dict]] = field(default_factory=dict)
     qrels: dict[str, list[dict]] = field(default_factory=dict)
-    corpus: dict[str, dict[str, int]] = field(default_factory=dict)
+    corpus: dict[str, DocTable] = field(default_factory=dict)
     documents: dict[str, Callable[[], Iterator[tuple[str, str]]]] = field(default_factory=dict)
+    shared: dict[str, tuple[list[str], bool]] = field(default_factory=dict)
     report: BuildReport = field(default_factory=BuildReport)
     lines: dict[str, tuple[str, int]] = field(default_factory=dict)  # conversation id -> (file, line)
 
@@ -214,19 +219,20 @@ def parse_conversation(obj: dict, domain: str, path: str, line: int, data: Recor
 
 def read_corpus(path: str, report: BuildReport) -> Iterator[tuple[str, str]]:
     """(doc_id, content) of a documents file, streamed; an id repeated with the same text is kept once."""
-    seen: dict[str, tuple[int, int]] = {}  # id -> (hash of its text, line)
+    seen: dict[bytes, tuple[int, int]] = {}  # digest of the id -> (hash of its text, line)
     for line, obj in iter_jsonl(text_lines(path), path):
         doc_id = check(obj, "doc_id", str, path, line, empty=False)
         text = check(obj, "content", str, path, line)
         if not text.strip():
             report.add(EMPTY_DOCUMENT, doc_id)
-        if doc_id in seen:
-            if seen[doc_id][0] != hash(text):
+        key = digest(doc_id)
+        if key in seen:
+            if seen[key][0] != hash(text):
                 raise DataError(f"document {doc_id!r} repeated with a different text (first on line "
-                                f"{seen[doc_id][1]})", path, line)  # fmt: skip
+                                f"{seen[key][1]})", path, line)  # fmt: skip
             report.add("documents repeated in a corpus file (kept once)", doc_id)
             continue
-        seen[doc_id] = (hash(text), line)
+        seen[key] = (hash(text), line)
         yield doc_id, text
 
 
@@ -235,12 +241,13 @@ def _documents(path: str, sources: SourceCache, report: BuildReport) -> Callable
     return sources.spilled("recor-corpus", [path], lambda events: read_corpus(path, events), report)
 
 
-def _text_hashes(path: str, sources: SourceCache, rows: Callable[[], Iterator[tuple[str, str]]]) -> dict[str, int]:
-    return sources.parsed("recor-corpus-hashes", [path], lambda _: {doc_id: hash(text) for doc_id, text in rows()})
+def _table(path: str, sources: SourceCache, rows: Callable[[], Iterator[tuple[str, str]]]) -> DocTable:
+    return sources.parsed("recor-corpus-table", [path], lambda _: DocTable((i, hash(text)) for i, text in rows()))
 
 
-def _benchmark_lines(path: str, sources: SourceCache) -> tuple[tuple[int, dict], ...]:
-    return sources.parsed("jsonl", [path], lambda _: read_jsonl(path))
+def _benchmark_lines(path: str, sources: SourceCache) -> Iterator[tuple[int, dict]]:
+    """(line, object) of a benchmark file, read once per export and streamed from the spilled copy."""
+    return sources.spilled("jsonl", [path], lambda _: iter_jsonl(text_lines(path), path))()
 
 
 def parse_recor(files: dict[str, str | None], domains: list[str], sources: SourceCache | None = None) -> RecorData:
@@ -251,7 +258,7 @@ def parse_recor(files: dict[str, str | None], domains: list[str], sources: Sourc
     if files.get(FLAT):
         root = str(files[FLAT])
         path = os.path.join(root, "benchmark.jsonl")
-        for line, obj in _benchmark_lines(path, sources):
+        for line, obj in read_jsonl(path):  # a small sample, parsed once (cached) with available_domains
             domain = domain_of_task(obj.get("task"), path, line)
             if domain in domains:
                 parse_conversation(obj, domain, path, line, data)
@@ -262,42 +269,47 @@ def parse_recor(files: dict[str, str | None], domains: list[str], sources: Sourc
             if path is None:
                 data.report.add("domains skipped: the source lacks their benchmark file", d)
                 continue
-            rows = _benchmark_lines(path, sources)
-            if not rows:
-                raise DataError("the file holds no conversations", path)
-            for line, obj in rows:
+            before = len(data.conversations.get(d, []))
+            for line, obj in _benchmark_lines(path, sources):
                 parse_conversation(obj, d, path, line, data)
+            if len(data.conversations.get(d, [])) == before:
+                raise DataError("the file holds no conversations", path)
             cpath = files.get(f"{d}-corpus")
             if cpath is None:
                 data.report.add("domains without a corpus file", d)
-                data.corpus[d] = {}
+                data.corpus[d] = DocTable()
                 data.documents[d] = _no_rows
                 continue
             data.documents[d] = _documents(cpath, sources, data.report)
-            data.corpus[d] = _text_hashes(cpath, sources, data.documents[d])
+            data.corpus[d] = _table(cpath, sources, data.documents[d])
+        paths = [files.get(f"{d}-corpus") for d in data.corpus]
+        data.shared = sources.parsed("recor-shared:" + ",".join(data.corpus), paths, lambda _: name_shared(
+            shared_digests(data.corpus), (data.documents[d]() for d in data.corpus)))
     _check_gold(data)
     return data
 
 
 def _flat_corpus(path: str, domains: list[str], data: RecorData, sources: SourceCache) -> None:
+    """A flat folder's documents, each in one domain (so no id is shared by domains)."""
     cited: dict[str, str] = {}
     for d in domains:
         for row in data.qrels.get(d, []):
             cited.setdefault(row["corpus-id"], d)
-        data.corpus.setdefault(d, {})
+        data.corpus[d] = DocTable()
         data.documents[d] = _no_rows
     if not os.path.isfile(path):
         data.report.add("flat source without documents.jsonl", path)
         return
     rows = _documents(path, sources, data.report)
+    found: dict[str, list[tuple[str, int]]] = {d: [] for d in domains}
     for doc_id, text in rows():
         domain = cited.get(doc_id) or next((d for d in DOMAINS if doc_id.lower().startswith(d + "_")), None)
         if domain is None:
             data.report.add("flat-source documents of unknown domain (left out)", doc_id)
         elif domain in domains:
-            data.corpus[domain][doc_id] = hash(text)
+            found[domain].append((doc_id, hash(text)))
     for d in domains:
-        ids = data.corpus[d]
+        ids = data.corpus[d] = DocTable(found[d])
         data.documents[d] = lambda ids=ids: ((doc_id, text) for doc_id, text in rows() if doc_id in ids)
 
 
@@ -312,17 +324,11 @@ def _check_gold(data: RecorData) -> None:
             event = ("gold documents found only in another domain's corpus (qrels kept)" if elsewhere
                      else "gold documents missing from every corpus (qrels kept)")  # fmt: skip
             report.add(event, f"{d}:{doc_id}", limit=MISSING_LIMIT)
-    owners: dict[str, list[str]] = {}
-    for d, docs in data.corpus.items():
-        for doc_id in docs:
-            owners.setdefault(doc_id, []).append(d)
-    for doc_id, ds in owners.items():
-        if len(ds) > 1:
-            texts = {data.corpus[d][doc_id] for d in ds}
-            if len(texts) > 1:
-                report.add("document ids shared by domains with different texts (qualified in all-*)", doc_id)
-            else:
-                report.add("document ids shared by domains with the same text (kept once in all-*)", doc_id)
+    for doc_id, (_, differ) in data.shared.items():
+        if differ:
+            report.add("document ids shared by domains with different texts (qualified in all-*)", doc_id)
+        else:
+            report.add("document ids shared by domains with the same text (kept once in all-*)", doc_id)
     for d, convs in data.conversations.items():
         report.counts[f"conversations: {d}"] = len(convs)
         report.counts[f"turns: {d}"] = len(data.queries.get(d, []))
@@ -332,8 +338,4 @@ def _check_gold(data: RecorData) -> None:
 
 def conflicting_ids(data: RecorData) -> set[str]:
     """Document ids used by several domains with different texts (qualified ``<domain>:<id>`` in all-*)."""
-    owners: dict[str, set[int]] = {}
-    for docs in data.corpus.values():
-        for doc_id, text_hash in docs.items():
-            owners.setdefault(doc_id, set()).add(text_hash)
-    return {doc_id for doc_id, texts in owners.items() if len(texts) > 1}
+    return {doc_id for doc_id, (_, differ) in data.shared.items() if differ}

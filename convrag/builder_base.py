@@ -67,15 +67,21 @@ class RecordingReport(BuildReport):
     def __init__(self) -> None:
         super().__init__()
         self.calls: list[tuple[str, str | None, int]] = []
+        self.added: Counter = Counter()
 
     def add(self, event: str, example: str | None = None, limit: int = 10) -> None:
         super().add(event, example, limit)
         self.calls.append((event, example, limit))
+        self.added[event] += 1
 
     def replay(self, into: BuildReport) -> None:
-        """Make the same ``add`` calls on ``into``, in the same order."""
+        """Make the same ``add`` calls on ``into``, in the same order; counts set directly (not by ``add``,
+        e.g. ``counts["turns"] = n``) are added to ``into``'s counts."""
         for event, example, limit in self.calls:
             into.add(event, example, limit)
+        for event, count in self.counts.items():
+            if count != self.added[event]:
+                into.counts[event] += count - self.added[event]
 
 
 T = TypeVar("T")

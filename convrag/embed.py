@@ -34,7 +34,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -197,13 +197,26 @@ class EmbeddingStore:
 
     def save(self, key: str, ids: Sequence[str], embeddings: np.ndarray, meta: Mapping[str, Any]) -> Path:
         """Write an entry atomically (a temporary folder renamed into place; an older entry is replaced)."""
+
+        def fill(out: np.ndarray) -> None:
+            out[:] = embeddings
+
+        return self.write(key, ids, tuple(embeddings.shape), fill, meta)
+
+    def write(self, key: str, ids: Sequence[str], shape: tuple[int, int], fill: Callable[[np.ndarray], None],
+              meta: Mapping[str, Any]) -> Path:  # fmt: skip
+        """Write an entry whose ``embeddings.npy`` (float32, ``shape``) ``fill`` writes into a memory-mapped array,
+        atomically (a temporary folder renamed into place; an older entry is replaced)."""
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{key[:16]}-", dir=self.root))
         try:
-            np.save(tmp / "embeddings.npy", np.ascontiguousarray(embeddings, dtype=np.float32))
+            out = np.lib.format.open_memmap(tmp / "embeddings.npy", mode="w+", dtype=np.float32, shape=shape)
+            fill(out)
+            out.flush()
             (tmp / "ids.json").write_text(json.dumps(list(ids), ensure_ascii=False))
-            full = {**meta, "key": key, "rows": len(ids), "dim": int(embeddings.shape[1]), "dtype": "float32",
-                    "sha256": _array_digest(embeddings)}  # fmt: skip
+            full = {**meta, "key": key, "rows": len(ids), "dim": int(shape[1]), "dtype": "float32",
+                    "sha256": _array_digest(out)}  # fmt: skip
+            del out
             (tmp / "meta.json").write_text(json.dumps(full, indent=2, ensure_ascii=False, default=str))
             target = self.path(key)
             if target.exists():
@@ -217,15 +230,16 @@ class EmbeddingStore:
                 raise
         return self.path(key)
 
-    def load_faiss(self, key: str, name: str, rows: int, dim: int) -> Any:
-        """A stored faiss index ``name`` of the entry when it holds ``rows`` vectors of ``dim``; else ``None``."""
+    def load_faiss(self, key: str, name: str, rows: int, dim: int, mmap: bool = False) -> Any:
+        """A stored faiss index ``name`` of the entry when it holds ``rows`` vectors of ``dim``; else ``None``.
+        ``mmap``: its inverted lists are memory-mapped from the file (faiss ``IO_FLAG_MMAP``), not read into RAM."""
         import faiss
 
         path = self.path(key) / f"faiss-{name}.index"
         if not path.exists():
             return None
         try:
-            index = faiss.read_index(str(path))
+            index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP if mmap else 0)
         except RuntimeError as err:
             index, problem = None, f"it cannot be read ({err})"
         else:
@@ -260,15 +274,17 @@ class Embedded:
     config: str
     split: str
     documents: int
-    status: str  # "encoded", "reused (disk)" or "reused (memory)"
+    status: str  # "encoded", "reused (disk)", "reused (memory)", "assembled (shards)", "encoded (shard K/N)", ...
     entry: str | None
     seconds: float
+    encoded: int  # documents encoded (the rest were read from the cache or from shards)
 
 
 def embed_folder(folder: str | os.PathLike[str], model: str | None = None, options: Mapping[str, Any] | None = None,
-                 progress: bool = False) -> list[Embedded]:
+                 progress: bool = False, shard: tuple[int, int] | None = None) -> list[Embedded]:
     """Encode every split of every corpus config (all subsets and corpus kinds) of a built folder into the cache,
-    as a dense retriever with ``model`` and ``options`` (device, batch_size, cache_dir, pooling, ...) would."""
+    as a dense retriever with ``model`` and ``options`` (device, batch_size, cache_dir, pooling, ...) would;
+    ``shard=(K, N)``: only the K-th of N slices of each (``convrag.embed_shards``)."""
     from convrag.evaluation.data import Folder, _name, _subsets
     from convrag.evaluation.profile import profile_of
     from convrag.manifest import read_manifest
@@ -289,15 +305,18 @@ def embed_folder(folder: str | os.PathLike[str], model: str | None = None, optio
     for config in configs:
         for split in built.splits(config):
             start = time.perf_counter()
-            retriever.index(built.checked_rows(config, split, {"_id": str, "text": str}))
-            done.append(Embedded(config, split, len(retriever.doc_ids), retriever.cache_status,
-                                 retriever.cache_entry, time.perf_counter() - start))  # fmt: skip
+            rows = built.checked_rows(config, split, {"_id": str, "text": str})
+            retriever.encode_shard(rows, shard) if shard else retriever.index(rows)
+            done.append(Embedded(config, split, len(retriever.doc_texts), retriever.cache_status,
+                                 retriever.cache_entry, time.perf_counter() - start,
+                                 retriever.encoded_documents))  # fmt: skip
     return done
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
     """``convrag embed``: fill the embeddings cache for a built folder and say what was encoded or reused."""
     from convrag.cli import _parse_options
+    from convrag.embed_shards import parse_shard
     from convrag.hub import resolve_folder
     from convrag.progress import wanted
 
@@ -308,12 +327,17 @@ def cmd_embed(args: argparse.Namespace) -> int:
     options.update({k: v for k, v in flags.items() if v is not None})
     folder = resolve_folder(args.folder)
     start = time.perf_counter()
-    done = embed_folder(folder, args.model, options, progress=wanted(args.no_progress))
+    shard = parse_shard(args.shard) if args.shard else None
+    done = embed_folder(folder, args.model, options, progress=wanted(args.no_progress), shard=shard)
     for e in done:
-        print(f"{e.status:<16} {e.config}/{e.split}: {e.documents} documents in {e.seconds:.1f} s -> {e.entry}")
-    encoded = sum(e.documents for e in done if e.status == "encoded")
+        print(f"{e.status:<16} {e.config}/{e.split}: {e.documents} documents ({e.encoded} encoded) in {e.seconds:.1f}"
+              f" s -> {e.entry}")  # fmt: skip
+    encoded = sum(e.encoded for e in done)
     print(f"{len(done)} corpora, {sum(e.documents for e in done)} documents ({encoded} encoded, the rest reused) "
           f"in {time.perf_counter() - start:.1f} s; cache: {Path(done[0].entry).parent if done else '-'}")
+    if shard:
+        print(f"shard {shard[0]}/{shard[1]} stored; once every shard is there, `convrag embed` or `convrag evaluate` "
+              "with the same cache assembles them without encoding")
     return 0
 
 
@@ -330,5 +354,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                                   "$CONVRAG_CACHE_DIR/embeddings, else ~/.cache/convrag/embeddings)")
     p.add_argument("--dense-option", action="append", metavar="KEY=VALUE",
                    help="encoder option as in `convrag evaluate` (pooling=..., max_seq_length=N, document_prompt=...)")
+    p.add_argument("--shard", metavar="K/N",
+                   help="encode only the K-th of N contiguous slices of each corpus (1 <= K <= N; run the N shards on "
+                        "N machines with one shared or later merged --cache; a run without --shard assembles them)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars (default: shown on a terminal)")
     p.set_defaults(func=cmd_embed)

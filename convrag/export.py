@@ -15,6 +15,7 @@ complete, so a failed or interrupted build leaves ``<out>`` as it was (see ``exp
 
 from __future__ import annotations
 
+import gc
 import importlib.resources
 import logging
 import os
@@ -169,6 +170,8 @@ def _build_into(
             info.splits = kept
             info.download_size = sum(p.stat().st_size for p in written)  # the Parquet files a user downloads
             infos[name] = info
+            del dataset, builder, ds  # unmap this config's Arrow files before the next config is built
+            gc.collect()
     if not infos:
         source = options.get("source")
         raise DataError(f"every config built from this source has 0 rows ({', '.join(names)}); nothing to write",

@@ -111,10 +111,15 @@ def decoded_lines(raw: Iterable[bytes], where: str) -> Iterator[str]:
 def text_lines(path: str) -> Iterator[str]:
     """Lines of a text file (gzip decompressed), streamed and checked for UTF-8 line by line."""
     with open_binary(path) as handle:
-        try:
-            yield from decoded_lines(handle, path)
-        except _GZIP_ERRORS as err:
-            raise _gzip_error(err, path) from err
+        yield from handle_lines(handle, path)
+
+
+def handle_lines(handle: IO[bytes], path: str) -> Iterator[str]:
+    """Lines of a file ``open_binary`` opened (from its current position), checked for UTF-8 line by line."""
+    try:
+        yield from decoded_lines(handle, path)
+    except _GZIP_ERRORS as err:
+        raise _gzip_error(err, path) from err
 
 
 # ---------------------------------------------------------------- JSON Lines

@@ -80,3 +80,34 @@ def test_mtrag_release_and_corpus_zip_opened_once(tmp_path, opens):
     assert counts[os.path.realpath(corpus)] == 1
     assert set(counts.values()) <= {0, 1}, {p: n for p, n in counts.items() if n > 1}
     assert sum(counts.values()) > 1
+
+
+def test_mtrag_plain_jsonl_corpus_opened_once(tmp_path, opens):
+    source = tmp_path / "mtrag"
+    shutil.copytree(DATA / "mtrag" / "mtrag-human", source / "mtrag-human")
+    (source / "corpora" / "passage_level").mkdir(parents=True)
+    for domain in ("clapnq", "cloud", "fiqa", "govt"):
+        (source / "corpora" / "passage_level" / f"{domain}.jsonl").write_text("".join(
+            json.dumps({"_id": f"{domain}-{i}", "title": "t", "text": f"passage {i}"}) + "\n" for i in range(20)))
+    summary = export_benchmark("mtrag", tmp_path / "out", options={"source": str(source)})
+    assert summary.rows["clapnq-corpus"]["test"] == 20 and summary.rows["all-corpus"]["test"] == 80
+    corpora = _files(source / "corpora")
+    assert len(corpora) == 4 and {p: opens[p] for p in corpora} == dict.fromkeys(corpora, 1)
+
+
+def test_mtr_bench_splits_parsed_and_opened_once(tmp_path, opens, monkeypatch):
+    from convrag.builders import mtr_bench_source as ms
+    from tests.mtr_bench_fixture import write_fixture
+
+    fx = write_fixture(tmp_path / "src", fmt="jsonl")
+    parsed = Counter()
+    real = ms.Parser.conversations
+    monkeypatch.setattr(ms.Parser, "conversations",
+                        lambda self, files: parsed.update([self.split]) or real(self, files))  # fmt: skip
+    summary = export_benchmark("mtr-bench", tmp_path / "out", options={"source": str(fx["folder"])})
+    assert {"queries", "qrels", "candidates", "conversations", "cluster-corpus", "corpus"} <= set(summary.rows)
+    assert parsed == {"test": 1, "train": 1}  # six configs share one parse of each split
+    files = {name: os.path.realpath(path) for name, path in fx["files"].items()}
+    assert opens[files["test"]] == 1 and opens[files["train"]] == 1
+    # the corpus: streamed once by its config, plus one line count (shared by all configs) for the gold check
+    assert 1 <= opens[files["corpus"]] <= 2

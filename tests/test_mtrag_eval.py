@@ -202,7 +202,7 @@ def test_evaluate_folder_bm25_on_mtrag_un(tmp_path):
     # the runs written for the retriever score exactly as the in-memory ones, read back from either format
     paths = write_outputs(results, scored, tmp_path)
     assert sorted(p.name for p in paths if p.parent.name == "runs") == [
-        "bm25__lastturn.jsonl", "bm25__lastturn.trec", "bm25__questions.jsonl", "bm25__questions.trec"]
+        "bm25__lastturn.jsonl", "bm25__lastturn.trec", "bm25__questions.jsonl", "bm25__questions.trec", "qrels.trec"]
     again, _ = evaluate_folder(tmp_path / "un", cls.EVALUATION, retrievers=[], n_bootstrap=50, progress=False,
                                submissions={"sub": tmp_path / "runs" / "bm25__lastturn.jsonl"},
                                external_runs={"trec": read_run(tmp_path / "runs" / "bm25__lastturn.trec")})

@@ -30,8 +30,10 @@ sentence-transformers.
 
 Whole-corpus top-k search is brute force (numpy matrix products) up to ``faiss_threshold`` documents and
 faiss above it: ``faiss_index="flat"`` (``IndexFlatIP``, exact: same documents and scores as brute force up
-to float32 rounding), or the approximate ``"hnsw"`` (``IndexHNSWFlat``) and ``"ivf"`` (``IndexIVFFlat``).
-A full ranking (``top_k=None``) is always brute force.
+to float32 rounding), or the approximate ``"hnsw"`` (``IndexHNSWFlat``), ``"ivf"`` (``IndexIVFFlat``) and
+``"ivfpq"`` (compressed, memory-mapped from disk, exact scores for the candidates it finds; for corpora whose
+vectors do not fit in memory: see ``convrag.retrievers.faiss_index``). A full ranking (``top_k=None``) is
+always brute force. Sharded encoding over several machines: ``encode_shard`` and ``convrag.embed_shards``.
 """
 
 from __future__ import annotations
@@ -49,14 +51,16 @@ from typing import Any
 import numpy as np
 
 from convrag import embed as disk
+from convrag import embed_shards as shards
 from convrag.progress import label, relabelled
 from convrag.query_text import FITS, TAIL_CUT, TRIMMED, fit_query
+from convrag.retrievers import faiss_index
 from convrag.retrievers.base import Retriever, ranked_order
 
 #: Corpora whose embeddings are kept in memory across retriever instances.
 EMBEDDING_CACHE_SIZE = 2
 _EMBEDDINGS: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
-FAISS_INDEXES = ("flat", "hnsw", "ivf")
+FAISS_INDEXES = ("flat", "hnsw", "ivf", "ivfpq")
 POOLING_MODES = ("cls", "mean", "max", "lasttoken")
 TRUNCATION_SIDES = ("left", "right")
 #: Constructor options that change how texts are encoded (``hybrid`` passes them on to its dense component).
@@ -158,6 +162,9 @@ class DenseRetriever(Retriever):
         hnsw_m: int = 32,
         ivf_nlist: int | None = None,
         nprobe: int = 16,
+        pq_m: int | None = None,
+        pq_nbits: int | None = None,
+        pq_rerank: int = 4,
         query_prompt: str | None = None,
         document_prompt: str | None = None,
         cache: bool = True,
@@ -177,6 +184,7 @@ class DenseRetriever(Retriever):
         self.faiss_threshold = int(faiss_threshold)
         self.faiss_index = faiss_index
         self.hnsw_m, self.ivf_nlist, self.nprobe = int(hnsw_m), ivf_nlist, int(nprobe)
+        self.pq_m, self.pq_nbits, self.pq_rerank = (None if v is None else int(v) for v in (pq_m, pq_nbits, pq_rerank))
         self.query_prompt, self.document_prompt = query_prompt, document_prompt
         self.cache = cache
         #: Root of the on-disk embeddings cache (None: off); see ``convrag.embed``.
@@ -198,6 +206,8 @@ class DenseRetriever(Retriever):
         self.embeddings = np.empty((0, 0), dtype=np.float32)
         self._faiss: Any = None
         self._entry: str | None = None
+        self._shard: tuple[int, int] | None = None
+        self.encoded_documents = 0  #: documents the last ``index`` / ``encode_shard`` encoded (0: none)
         self._last_queries: tuple[tuple[Any, ...], np.ndarray] | None = None
 
     @property
@@ -301,22 +311,34 @@ class DenseRetriever(Retriever):
         key = (self.model_name, self.pooling_used(), self.limit("document"), self.document_truncation,
                self.prompt("document"), fingerprint)  # fmt: skip
         cached = _EMBEDDINGS.get(key) if self.cache else None
-        self.cache_status, self._entry = "reused (memory)", None
+        self.cache_status, self._entry, self.encoded_documents = "reused (memory)", None, 0
         store = disk.EmbeddingStore(self.cache_dir) if self.cache_dir is not None else None
         if store is not None:
             settings = {**self.document_settings(), "corpus": fingerprint}
             self._entry = disk.entry_key(settings)
-        if cached is None:
-            cached = store.load(self._entry, self.doc_ids) if store is not None else None
-            self.cache_status = "reused (disk)"
+            meta = {**settings, **disk.provenance(self.model_name, str(self.model.device), self.batch_size, None)}
+
+        def encode(start: int, stop: int) -> np.ndarray:
+            return self.encode(self.doc_texts[start:stop], "document", show_progress)
+
+        if self._shard is not None and store is not None:  # encode_shard: only this slice, into the disk cache
+            self.encoded_documents = shards.fill_shard(store, self._entry, self.doc_ids, self._shard, encode, meta)
+            k, n = self._shard
+            self.cache_status = f"{'encoded' if self.encoded_documents else 'reused'} (shard {k}/{n})"
+            self.cache_entry = str(shards.shard_store(store, self._entry).path(f"{k}-of-{n}"))
+            return
+        if cached is None and store is not None:
+            cached, self.cache_status = store.load(self._entry, self.doc_ids), "reused (disk)"
+            assembled = None if cached is not None else shards.assemble(store, self._entry, self.doc_ids, encode, meta)
+            if assembled is not None:
+                (cached, self.encoded_documents), self.cache_status = assembled, "assembled (shards)"
         seconds = None
         if cached is None:
             start = time.perf_counter()
-            cached = self.encode(self.doc_texts, "document", show_progress)
+            cached, self.encoded_documents = encode(0, len(self.doc_ids)), len(self.doc_ids)
             self.cache_status, seconds = "encoded", round(time.perf_counter() - start, 3)
         if store is not None and (seconds is not None or not store.path(self._entry).exists()):  # new or memory only
-            store.save(self._entry, self.doc_ids, cached, {**settings, **disk.provenance(
-                self.model_name, str(self.model.device), self.batch_size, seconds)})  # fmt: skip
+            store.save(self._entry, self.doc_ids, cached, {**meta, "seconds": seconds})
         if self.cache:
             _EMBEDDINGS[key] = cached
             _EMBEDDINGS.move_to_end(key)
@@ -326,6 +348,18 @@ class DenseRetriever(Retriever):
         self.embeddings = cached
         self._faiss = None
         self._last_queries = None
+
+    def encode_shard(self, corpus: Any, shard: tuple[int, int], show_progress: bool | None = None) -> DenseRetriever:
+        """Encode only the ``shard = (K, N)`` slice of ``corpus`` into the disk cache (``convrag.embed_shards``),
+        unless that shard or the full entry is there already. The retriever is left without an index."""
+        if self.cache_dir is None:
+            raise disk.ConvragError("sharded encoding needs the embeddings cache (it is turned off)")
+        self._shard = shard
+        try:
+            self.index(corpus, show_progress)
+        finally:
+            self._shard, self.doc_ids = None, []
+        return self
 
     def _queries(self, texts: list[str], show_progress: bool) -> np.ndarray:
         # a QueryText's parts decide its fitting, so they are part of the key
@@ -351,35 +385,27 @@ class DenseRetriever(Retriever):
         return int(self.ivf_nlist or max(1, min(n // 39, int(4 * np.sqrt(n)))))
 
     def _faiss_name(self) -> str:
-        return {"flat": "flat", "hnsw": f"hnsw-m{self.hnsw_m}", "ivf": f"ivf-{self._nlist()}"}[self.faiss_index]
+        n, dim = self.embeddings.shape
+        return faiss_index.name(self.faiss_index, self._nlist(), self.hnsw_m, dim, n, self.pq_m, self.pq_nbits)
 
     def _build_faiss(self) -> Any:
         """The faiss index of ``faiss_index`` over the embeddings, read from / stored beside the disk cache entry."""
         store = disk.EmbeddingStore(self.cache_dir) if self.cache_dir is not None and self._entry else None
         n, dim = self.embeddings.shape
-        index = store.load_faiss(self._entry, self._faiss_name(), n, dim) if store is not None else None
+        mmap = self.faiss_index == "ivfpq"
+        index = store.load_faiss(self._entry, self._faiss_name(), n, dim, mmap) if store is not None else None
         if index is None:
             index = self._new_faiss()
             if store is not None:
                 store.save_faiss(self._entry, self._faiss_name(), index)
-        if self.faiss_index == "ivf":
+                index = store.load_faiss(self._entry, self._faiss_name(), n, dim, mmap) if mmap else index
+        if self.faiss_index in ("ivf", "ivfpq"):
             index.nprobe = min(self.nprobe, index.nlist)
         return index
 
     def _new_faiss(self) -> Any:
-        import faiss
-
-        n, dim = self.embeddings.shape
-        if self.faiss_index == "flat":
-            index = faiss.IndexFlatIP(dim)
-        elif self.faiss_index == "hnsw":
-            index = faiss.IndexHNSWFlat(dim, self.hnsw_m, faiss.METRIC_INNER_PRODUCT)
-        else:
-            nlist = self._nlist()
-            index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
-            index.train(self.embeddings)
-        index.add(self.embeddings)
-        return index
+        return faiss_index.build(self.faiss_index, self.embeddings, self._nlist(), self.hnsw_m, self.pq_m,
+                                 self.pq_nbits)
 
     def _search_corpus(
         self, qids: list[str], texts: list[str], k: int, show_progress: bool
@@ -389,15 +415,13 @@ class DenseRetriever(Retriever):
         if self.uses_faiss(k):
             if self._faiss is None:
                 self._faiss = self._build_faiss()
-            fetch = min(n, k + _FAISS_MARGIN)
+            fetch = min(n, k * (self.pq_rerank if self.faiss_index == "ivfpq" else 1) + _FAISS_MARGIN)
             if self.faiss_index == "hnsw":
                 self._faiss.hnsw.efSearch = max(64, fetch)
-            scores, idx = self._faiss.search(q, fetch)
-            out = []
-            for s, i in zip(scores, idx, strict=True):
-                ok = i >= 0
-                out.append((i[ok].astype(np.int64), s[ok].astype(np.float64)))
-            return out
+            found, idx = self._faiss.search(q, fetch)
+            if self.faiss_index == "ivfpq":  # approximate scores: the candidates are scored again, exactly
+                return [faiss_index.exact_scores(self.embeddings, q[j], i) for j, i in enumerate(idx)]
+            return [(i[i >= 0].astype(np.int64), s[i >= 0].astype(np.float64)) for s, i in zip(found, idx, strict=True)]
         out = []
         for start in range(0, len(texts), _QUERY_CHUNK):
             block = q[start : start + _QUERY_CHUNK] @ self.embeddings.T
@@ -418,6 +442,8 @@ class DenseRetriever(Retriever):
             "device": str(self.model.device),
             "faiss_threshold": self.faiss_threshold,
             "faiss_index": self.faiss_index,
+            **({"pq_m": self.pq_m, "pq_nbits": self.pq_nbits, "pq_rerank": self.pq_rerank, "nprobe": self.nprobe}
+               if self.faiss_index == "ivfpq" else {}),
             "query_prompt": self.query_prompt,
             "document_prompt": self.document_prompt,
             "query_truncation": self.query_truncation,
