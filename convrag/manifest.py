@@ -7,6 +7,8 @@ bytes, bad YAML or a missing block is one error naming the README (and the YAML 
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,12 @@ def read_card(folder: str | os.PathLike) -> tuple[Path, dict[str, Any]]:
         text = readme.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise DataError(f"not UTF-8 text (byte {err.start + 1})", str(readme)) from None
+    return readme, copy.deepcopy(_parse_card(readme, text))
+
+
+@functools.lru_cache(maxsize=8)
+def _parse_card(readme: Path, text: str) -> dict[str, Any]:
+    """The YAML header of ``text`` (the contents of ``readme``), parsed once per contents; callers get copies."""
     if not text.startswith("---"):
         raise DataError("has no YAML header: it was not written by `convrag build`", str(readme))
     try:
@@ -38,7 +46,7 @@ def read_card(folder: str | os.PathLike) -> tuple[Path, dict[str, Any]]:
         mark = getattr(err, "problem_mark", None)
         line = mark.line + 2 if mark is not None else None  # +1: 1-based, +1: the opening '---' line
         raise DataError(f"invalid YAML header: {getattr(err, 'problem', None) or err}", str(readme), line) from None
-    return readme, data
+    return data
 
 
 def read_manifest(folder: str | os.PathLike) -> dict[str, Any]:

@@ -333,10 +333,12 @@ def _set_row(column: str, row: int, value: object) -> Callable[[pa.Table], pa.Ta
     return change
 
 
+#: the README line right after ``configs:`` (where an unclosed ``configs: [`` is reported)
+AFTER_CONFIGS = -1
 FOLDER_CASES = {  # name -> (how the copied folder is damaged, file named relative to the folder, line, text)
     "README without convrag block": (_edit_readme(_without_block), "README.md", None, "no 'convrag' block"),
-    "README with bad YAML": (_edit_readme(lambda t: t.replace("configs:", "configs: [", 1)), "README.md", 4,
-                             "invalid YAML header"),
+    "README with bad YAML": (_edit_readme(lambda t: t.replace("configs:", "configs: [", 1)), "README.md",
+                             AFTER_CONFIGS, "invalid YAML header"),
     "profile key of the wrong type": (_edit_readme(lambda t: t.replace("    top_k: null", "    top_k: many")),
                                       "README.md", None, "'top_k' must be a positive integer or null"),
     "README header not a mapping": (_edit_readme(lambda t: "---\n- a\n---\n" + t), "README.md", None,
@@ -361,6 +363,8 @@ FOLDER_CASES = {  # name -> (how the copied folder is damaged, file named relati
 @pytest.mark.parametrize("case", list(FOLDER_CASES))
 def test_bad_folders_are_one_line_naming_the_file(case, strat, tmp_path, capsys):
     damage, name, line, expected = FOLDER_CASES[case]
+    if line == AFTER_CONFIGS:
+        line = (strat / "README.md").read_text(encoding="utf-8").splitlines().index("configs:") + 2
     folder = tmp_path / "stratrag"
     shutil.copytree(strat, folder)
     damage(folder)

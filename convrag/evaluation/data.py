@@ -2,7 +2,9 @@
 
 Configs are read straight from the Parquet files that the README's ``configs`` block lists (no
 ``load_dataset`` cache: results always reflect the files on disk). Subsets (``{subset}`` in config names)
-are searched separately: each turn carries its subset as ``Turn.domain``.
+are searched separately: each turn carries its subset as ``Turn.domain``. Corpora are checked column-wise when
+the folder is loaded (string ids and texts, no duplicate id) and read again, one subset at a time, when a
+retriever indexes them (:class:`Corpora`), so memory holds one subset's documents, not the collection's.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ import glob
 import hashlib
 import os
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from convrag.errors import ConvragError, DataError
@@ -27,6 +30,10 @@ from convrag.strategies import Turn, mtrag_turns, recor_turns
 SPLIT_PREFERENCE = ("test", "validation", "dev", "train")
 ALL = "all"
 T = TypeVar("T")
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
 
 
 class Folder:
@@ -61,8 +68,8 @@ class Folder:
     def splits(self, config: str) -> list[str]:
         return list(self.files.get(config, {}))
 
-    def rows(self, config: str, split: str) -> list[dict[str, Any]]:
-        """Every row of ``config`` / ``split`` as dicts, in file order (re-read from disk on every call)."""
+    def _tables(self, config: str, split: str, columns: list[str] | None = None) -> list[tuple[str, pa.Table]]:
+        """(file, table) of every Parquet file of ``config`` / ``split`` (``columns``: only those), in order."""
         if config not in self.files:
             raise DataError(f"config {config!r} was not built (has {sorted(self.files)})", str(self.path))
         if split not in self.files[config]:
@@ -72,17 +79,31 @@ class Folder:
             wanted = ", ".join(self.patterns.get((config, split), []))
             raise DataError(f"config {config!r} split {split!r}: no data file matches {wanted} (deleted?)",
                             str(self.path))  # fmt: skip
-        out: list[dict[str, Any]] = []
-        sizes = []
+        out = []
         for path in paths:
             try:
-                table = pq.read_table(path).to_pylist()
+                names = None if columns is None else [c for c in columns if c in pq.read_schema(path).names]
+                out.append((path, pq.read_table(path, columns=names)))
             except Exception as err:  # pyarrow raises several types for unreadable files
                 raise DataError(f"cannot read Parquet file: {err}", path) from None
-            out += table
-            sizes.append((path, len(table)))
-        self._sizes[(config, split)] = sizes
+        self._sizes[(config, split)] = [(path, len(table)) for path, table in out]
         return out
+
+    def rows(self, config: str, split: str) -> list[dict[str, Any]]:
+        """Every row of ``config`` / ``split`` as dicts, in file order (re-read from disk on every call)."""
+        return [row for _, table in self._tables(config, split) for row in table.to_pylist()]
+
+    def string_columns(self, config: str, split: str, columns: list[str], keep: int | None = None) -> list[list[str]]:
+        """The first ``keep`` (default all) of ``columns`` of every row of ``config`` / ``split`` as lists of
+        strings, read column-wise (no row dicts); every one of ``columns`` is checked: a missing column, a null or
+        a non-string value is the ``DataError`` of :meth:`checked_rows`."""
+        kept = columns[:keep]
+        tables = self._tables(config, split, columns)
+        if not all(c in t.column_names and _is_text(t.schema.field(c).type) and not t.column(c).null_count
+                   for _, t in tables for c in columns):  # fmt: skip
+            rows = self.checked_rows(config, split, dict.fromkeys(columns, str))
+            return [[r[c] for r in rows] for c in kept]
+        return [[v for _, t in tables for v in t.column(c).to_pylist()] for c in kept]
 
     def locate(self, config: str, split: str, index: int) -> tuple[str, int | None]:
         """(Parquet file, 1-based row in it) of the ``index``-th row (1-based) of the last :meth:`rows` read."""
@@ -106,14 +127,44 @@ class Folder:
         return rows
 
 
+class Corpora(Mapping[str, list[dict[str, Any]]]):
+    """Subset -> its corpus rows, read from the Parquet files when asked for. Only the subset read last is
+    held (asking for subsets one after the other keeps one corpus in memory); :meth:`read` holds nothing."""
+
+    def __init__(self, folder: Folder, configs: Mapping[str, tuple[str, str]]) -> None:
+        self.folder, self.configs = folder, dict(configs)  # subset -> (config, split)
+        self._held: tuple[str | None, list[dict[str, Any]]] = (None, [])
+
+    def __getitem__(self, subset: str) -> list[dict[str, Any]]:
+        if self._held[0] != subset:
+            self._held = (None, [])  # the previous subset's rows go before the next are read
+            self._held = (subset, self.read(subset))
+        return self._held[1]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.configs)
+
+    def __len__(self) -> int:
+        return len(self.configs)
+
+    def read(self, subset: str) -> list[dict[str, Any]]:
+        """The rows of ``subset``'s corpus, read now and not held."""
+        return self.folder.rows(*self.configs[subset])
+
+    def ids(self, subset: str) -> list[str]:
+        """Document ids of ``subset``'s corpus in file order (the ``_id`` column alone is read)."""
+        return self.folder.string_columns(*self.configs[subset], ["_id"])[0]
+
+
 @dataclass
 class BenchmarkData:
-    """What one evaluation needs: turns (with subset in ``domain``), per-subset corpora and qrels, pools."""
+    """What one evaluation needs: turns (with subset in ``domain``), per-subset corpora (a :class:`Corpora` when
+    read from a folder) and qrels, pools."""
 
     split: str
     subsets: list[str]
     turns: list[Turn]
-    corpus: dict[str, list[dict[str, Any]]]
+    corpus: Mapping[str, list[dict[str, Any]]]
     corpus_kind: dict[str, str]
     qrels: dict[str, dict[str, dict[str, int]]]
     pools: dict[str, list[str]] | None = None
@@ -122,16 +173,26 @@ class BenchmarkData:
     def subset_turns(self, subset: str) -> list[Turn]:
         return [t for t in self.turns if t.domain == subset]
 
+    def doc_ids(self, subset: str) -> set[str]:
+        """Ids of ``subset``'s corpus documents."""
+        if isinstance(self.corpus, Corpora):
+            return set(self.corpus.ids(subset))
+        return {row["_id"] for row in self.corpus[subset]}
+
     @functools.cached_property
     def doc_keys(self) -> dict[tuple[str, str], str]:
-        """(subset, doc id) -> id in written runs: ``<subset>:<id>`` where two subsets share an id with different
-        texts (the ``all-corpus`` convention of the builders), else the id itself. Computed once."""
-        seen: dict[str, set[str]] = {}
-        for rows in self.corpus.values():
-            for row in rows:
-                seen.setdefault(row["_id"], set()).add(hashlib.sha1(str(row["text"]).encode()).hexdigest())
-        return {(s, row["_id"]): (f"{s}:{row['_id']}" if s and len(seen[row["_id"]]) > 1 else row["_id"])
-                for s, rows in self.corpus.items() for row in rows}  # fmt: skip
+        """(subset, doc id) -> id in written runs, for ids that need one: ``<subset>:<id>`` where two subsets share
+        an id with different texts (the ``all-corpus`` convention of the builders); an id absent here is written
+        as it is. Computed once; only the subsets holding shared ids have their texts read."""
+        ids = {s: self.doc_ids(s) for s in self.subsets}
+        shared = {d for d, n in Counter(d for s in self.subsets for d in ids[s]).items() if n > 1}
+        texts: dict[str, set[str]] = {}
+        for s in self.subsets:
+            if shared & ids[s]:
+                for row in self.corpus[s]:
+                    if row["_id"] in shared:
+                        texts.setdefault(row["_id"], set()).add(hashlib.sha1(str(row["text"]).encode()).hexdigest())
+        return {(s, d): f"{s}:{d}" if s else d for s in self.subsets for d in shared & ids[s] if len(texts[d]) > 1}
 
 
 def _subsets(folder: Folder, profile: EvaluationProfile) -> list[str]:
@@ -288,7 +349,8 @@ def load_benchmark(folder_path: str | os.PathLike, profile: EvaluationProfile, s
     if search == "pool" and not profile.pool:
         raise ConvragError("this benchmark has no per-turn pools; use --search corpus")
     chosen_split = _choose_split(folder, profile, subsets[0], split)
-    data = BenchmarkData(chosen_split, subsets, [], {}, {}, {})
+    corpora = Corpora(folder, {})
+    data = BenchmarkData(chosen_split, subsets, [], corpora, {}, {})
     for s in subsets:
         kinds = [corpus] if corpus != "auto" else [k for k, c in profile.corpus.items() if folder.has(_name(c, s))]
         if not kinds or not folder.has(_name(profile.corpus[kinds[0]], s)):
@@ -297,15 +359,18 @@ def load_benchmark(folder_path: str | os.PathLike, profile: EvaluationProfile, s
                             "was not built", str(folder.path))  # fmt: skip
         config = _name(profile.corpus[kinds[0]], s)
         corpus_split = chosen_split if chosen_split in folder.splits(config) else folder.splits(config)[0]
-        rows = folder.checked_rows(config, corpus_split, {"_id": str, "text": str})
-        dupes = [k for k, n in Counter(r["_id"] for r in rows).items() if n > 1]
-        if dupes:
+        ids = folder.string_columns(config, corpus_split, ["_id", "text"], keep=1)[0]
+        doc_ids = set(ids)
+        if len(doc_ids) < len(ids):
+            dupes = [k for k, n in Counter(ids).items() if n > 1]
             raise DataError(f"duplicate corpus ids {dupes[:5]}", f"{folder.path}/{config}")
+        del ids
         turns = read_turns(folder, profile, s, chosen_split)
         qrels_config = _name(profile.qrels, s)
-        qrels, missing = _qrels(folder, qrels_config, chosen_split, {t.qid for t in turns}, {r["_id"] for r in rows})
+        qrels, missing = _qrels(folder, qrels_config, chosen_split, {t.qid for t in turns}, doc_ids)
         data.turns += turns
-        data.corpus[s], data.corpus_kind[s], data.qrels[s], data.missing_docs[s] = rows, kinds[0], qrels, missing
+        corpora.configs[s] = (config, corpus_split)
+        data.corpus_kind[s], data.qrels[s], data.missing_docs[s] = kinds[0], qrels, missing
     dupes = [q for q, n in Counter(t.qid for t in data.turns).items() if n > 1]
     if dupes:
         raise DataError(f"query ids shared by several subsets: {dupes[:5]}", str(folder.path))

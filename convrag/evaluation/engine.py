@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from convrag.errors import ConvragError, DataError
-from convrag.evaluation.data import BenchmarkData, load_benchmark
+from convrag.evaluation.data import BenchmarkData, Corpora, load_benchmark
 from convrag.evaluation.profile import EvaluationProfile
 from convrag.llm.spec import PLACEHOLDER_MODEL, is_placeholder
 from convrag.metrics.retrieval.compute import score_run
@@ -160,7 +160,7 @@ def check_external(ext: External, data: BenchmarkData, complete: Mapping[str, bo
     if not ext.run:
         raise DataError(f"the {ext.kind} ranks no query: nothing to score", ext.source)
     subset_of = {t.qid: t.domain for t in data.turns}
-    doc_ids = {s: {r["_id"] for r in rows} for s, rows in data.corpus.items()}
+    doc_ids = {s: data.doc_ids(s) for s in data.subsets}
     pools = {q: set(p) for q, p in data.pools.items()} if data.pools is not None else None
     out: dict[str, Run] = {s: {} for s in data.subsets}
     unknown: list[tuple[str, str]] = []
@@ -282,7 +282,9 @@ def run_benchmark(
         for s in data.subsets:
             turns = data.subset_turns(s)
             with progress_scope(s, spec):  # bars read "<benchmark> · <subset> · <retriever> · <strategy>: <stage>"
-                retriever.index(data.corpus[s], show_progress=progress)
+                # one subset's rows at a time, not held after indexing (Corpora.read)
+                retriever.index(data.corpus.read(s) if isinstance(data.corpus, Corpora) else data.corpus[s],
+                                show_progress=progress)  # fmt: skip
             pools = {t.qid: data.pools[t.qid] for t in turns} if data.pools is not None else None
             for name in chosen:
                 queries = {t.qid: texts[name][t.qid] for t in turns}

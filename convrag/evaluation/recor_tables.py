@@ -27,7 +27,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
 from convrag.evaluation.stats import Interval, paired_test
 from convrag.strategies import LABELS
@@ -117,6 +116,8 @@ def comparisons(strategies: Sequence[str]) -> list[tuple[str, str]]:
 def paired_rows(per_turn: Mapping[str, Mapping[str, PerTurn]], turns: Mapping[str, Mapping[str, Any]],
                 strategies: Sequence[str], measure: str = PRIMARY, seed: int = 0) -> list[dict[str, Any]]:
     """Table 17 rows: pooled over retrievers ("all") and per retriever, for every pair of ``comparisons``."""
+    from scipy import stats as sps  # imported here: a second of start-up that other reports do not need
+
     rows = []
     for a, b in comparisons(strategies):
         for scope in ["all", *per_turn]:
@@ -347,12 +348,10 @@ def render_tables(results: Mapping[str, Any], digits: int = 4) -> str:
 
 def plot_turn_positions(results: Mapping[str, Any], path: str) -> None:
     """PNG line plot of nDCG@10 by turn position per strategy (mean over retrievers)."""
-    import matplotlib
+    from matplotlib.figure import Figure  # no pyplot: its import and global figure state are not needed
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
     for s, entry in results["turn_position"]["strategies"].items():
         xs = [i for i, p in enumerate(POSITIONS) if p in entry["average"]]
         ax.plot(xs, [entry["average"][POSITIONS[i]] for i in xs], marker="o", label=LABELS.get(s, s))
@@ -365,4 +364,3 @@ def plot_turn_positions(results: Mapping[str, Any], path: str) -> None:
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=120)
-    plt.close(fig)

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import stats
 
 
 @dataclass(frozen=True)
@@ -47,6 +46,8 @@ def bootstrap_ci(
         return Interval(mean, float("nan"), float("nan"), int(data.size))
     if data.size == 1 or np.all(data == data[0]):
         return Interval(mean, mean, mean, int(data.size))
+    from scipy import stats  # here, not at import: a second of imports that --bootstrap 0 does not need
+
     result = stats.bootstrap(
         (data,), np.mean, confidence_level=confidence, n_resamples=n_resamples, method="percentile",
         random_state=np.random.default_rng(seed), vectorized=True,
@@ -84,6 +85,8 @@ def paired_test(
     if np.all(diff == 0):
         p_rand = p_t = 1.0
     else:
+        from scipy import stats
+
         perm = stats.permutation_test(
             (diff,), np.mean, permutation_type="samples", n_resamples=n_resamples, alternative="two-sided",
             random_state=np.random.default_rng(seed), vectorized=True,

@@ -93,13 +93,11 @@ def render_tables(results: Mapping[str, Any], digits: int = 2) -> str:
 
 def plot_per_turn(results: Mapping[str, Any], path: str) -> None:
     """PNG line plot of the primary measure by turn position, one line per system."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: its import and global figure state are not needed
 
     m = primary(results)
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
     for name, system in results["systems"].items():
         by_turn = system["groups_by"].get("turn", {})
         xs = list(by_turn)
@@ -112,4 +110,3 @@ def plot_per_turn(results: Mapping[str, Any], path: str) -> None:
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=120)
-    plt.close(fig)
