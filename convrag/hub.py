@@ -8,20 +8,29 @@ is ``$HF_TOKEN`` or the stored login; downloads go to the Hugging Face cache (``
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import re
 from pathlib import Path
-
-import httpx
 
 from convrag.errors import ConvragError
 from convrag.manifest import read_manifest
 
 REPO_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]*[A-Za-z0-9_])(?:@(?P<revision>[^\s@]+))?$")
-# what the Hub client raises: HTTP refusals (HfHubHTTPError is an OSError), connection / protocol errors (httpx's
-# own, not OSErrors), a malformed endpoint URL, bad arguments (HFValidationError is a ValueError), local files,
-# a server reply without a field the client reads
-_FAILURES = (OSError, ValueError, KeyError, httpx.HTTPError, httpx.InvalidURL)
+#: the HTTP client packages huggingface_hub may use: httpx (1.x) or its fork httpx2 (2.x)
+_HTTP_CLIENTS = [importlib.import_module(n) for n in ("httpx", "httpx2") if importlib.util.find_spec(n) is not None]
+
+
+def _http_errors(*names: str) -> tuple[type[BaseException], ...]:
+    """The exception classes ``names`` of every installed HTTP client package."""
+    return tuple(getattr(module, name) for module in _HTTP_CLIENTS for name in names if hasattr(module, name))
+
+
+# what the Hub client raises: HTTP refusals (HfHubHTTPError is an OSError), connection / protocol errors (the
+# HTTP client's own, not OSErrors), a malformed endpoint URL, bad arguments (HFValidationError is a ValueError),
+# local files, a server reply without a field the client reads
+_FAILURES = (OSError, ValueError, KeyError, *_http_errors("HTTPError", "InvalidURL"))
 
 
 def _endpoint() -> str:
@@ -38,11 +47,11 @@ def _reason(err: BaseException) -> str:
     text = re.sub(r"\s*For more information check: \S+", "", text)  # httpx's pointer to the status code's page
     if isinstance(err, HfHubHTTPError) and err.response is not None and err.response.status_code == 401:
         return f"{text} (check HF_TOKEN)"
-    if isinstance(err, (httpx.ConnectError, httpx.TimeoutException)):
+    if isinstance(err, _http_errors("ConnectError", "TimeoutException")):
         return f"cannot reach {_endpoint()}: {text}"
     if isinstance(err, KeyError):
         return f"unexpected reply from {_endpoint()} (no {err} field)"
-    if isinstance(err, (httpx.UnsupportedProtocol, httpx.InvalidURL)):
+    if isinstance(err, _http_errors("UnsupportedProtocol", "InvalidURL")):
         return f"HF_ENDPOINT {_endpoint()!r}: {text}"
     return text
 
