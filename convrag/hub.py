@@ -8,6 +8,7 @@ is ``$HF_TOKEN`` or the stored login; downloads go to the Hugging Face cache (``
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import os
@@ -18,19 +19,21 @@ from convrag.errors import ConvragError
 from convrag.manifest import read_manifest
 
 REPO_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]*[A-Za-z0-9_])(?:@(?P<revision>[^\s@]+))?$")
-#: the HTTP client packages huggingface_hub may use: httpx (1.x) or its fork httpx2 (2.x)
-_HTTP_CLIENTS = [importlib.import_module(n) for n in ("httpx", "httpx2") if importlib.util.find_spec(n) is not None]
 
 
+@functools.cache
 def _http_errors(*names: str) -> tuple[type[BaseException], ...]:
-    """The exception classes ``names`` of every installed HTTP client package."""
-    return tuple(getattr(module, name) for module in _HTTP_CLIENTS for name in names if hasattr(module, name))
+    """The exception classes ``names`` of every installed HTTP client package that huggingface_hub may use:
+    httpx (1.x) or its fork httpx2 (2.x); imported on first use, not when a local folder is resolved."""
+    modules = [importlib.import_module(n) for n in ("httpx", "httpx2") if importlib.util.find_spec(n) is not None]
+    return tuple(getattr(module, name) for module in modules for name in names if hasattr(module, name))
 
 
-# what the Hub client raises: HTTP refusals (HfHubHTTPError is an OSError), connection / protocol errors (the
-# HTTP client's own, not OSErrors), a malformed endpoint URL, bad arguments (HFValidationError is a ValueError),
-# local files, a server reply without a field the client reads
-_FAILURES = (OSError, ValueError, KeyError, *_http_errors("HTTPError", "InvalidURL"))
+def _failures() -> tuple[type[BaseException], ...]:
+    """What the Hub client raises: HTTP refusals (HfHubHTTPError is an OSError), connection / protocol errors (the
+    HTTP client's own, not OSErrors), a malformed endpoint URL, bad arguments (HFValidationError is a ValueError),
+    local files, a server reply without a field the client reads."""
+    return (OSError, ValueError, KeyError, *_http_errors("HTTPError", "InvalidURL"))
 
 
 def _endpoint() -> str:
@@ -83,7 +86,7 @@ def push_folder(folder: str | os.PathLike, repo_id: str, private: bool = False, 
         api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
         commit = api.upload_folder(folder_path=str(path), repo_id=repo_id, repo_type="dataset",
                                    commit_message="Upload benchmark built with convrag")  # fmt: skip
-    except _FAILURES as err:
+    except _failures() as err:
         raise ConvragError(f"cannot push {path} to {repo_id}: {_reason(err)}") from None
     return str(commit)
 
@@ -128,5 +131,5 @@ def _download(ref: str, repo: str, revision: str | None) -> Path:
         first = (str(err).splitlines() or [""])[0].removeprefix("Got: ")  # the client names the network error there
         raise ConvragError(f"cannot download dataset repo {where}: cannot reach {_endpoint()}, and the repo is not "
                            f"in the Hugging Face cache ({first})") from None  # fmt: skip
-    except _FAILURES as err:
+    except _failures() as err:
         raise ConvragError(f"cannot download dataset repo {where} from {_endpoint()}: {_reason(err)}") from None

@@ -10,13 +10,17 @@ from __future__ import annotations
 import copy
 import functools
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
-from huggingface_hub import DatasetCard
 
 from convrag.errors import ConvragError, DataError
+
+# The YAML header as huggingface_hub's RepoCard finds it: from a first line "---" to the next line "---".
+_HEADER = re.compile(r"^(\s*---[\r\n]+)([\S\s]*?)([\r\n]+---(\r\n|\n|$))")
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: ~10x faster on a 40 KB header
 
 
 def read_card(folder: str | os.PathLike) -> tuple[Path, dict[str, Any]]:
@@ -38,14 +42,19 @@ def read_card(folder: str | os.PathLike) -> tuple[Path, dict[str, Any]]:
 @functools.lru_cache(maxsize=8)
 def _parse_card(readme: Path, text: str) -> dict[str, Any]:
     """The YAML header of ``text`` (the contents of ``readme``), parsed once per contents; callers get copies."""
-    if not text.startswith("---"):
+    match = _HEADER.search(text) if text.startswith("---") else None
+    if match is None:
         raise DataError("has no YAML header: it was not written by `convrag build`", str(readme))
     try:
-        data = DatasetCard(text).data.to_dict()
-    except (yaml.YAMLError, ValueError) as err:  # ValueError: a header that is not a mapping
+        data = yaml.load(match.group(2), Loader=_LOADER)  # noqa: S506 (a safe loader)
+    except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         line = mark.line + 2 if mark is not None else None  # +1: 1-based, +1: the opening '---' line
         raise DataError(f"invalid YAML header: {getattr(err, 'problem', None) or err}", str(readme), line) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise DataError("invalid YAML header: it is not a mapping", str(readme))
     return data
 
 

@@ -163,3 +163,15 @@ def test_end_to_end_on_the_real_sample(tmp_path: Path) -> None:
     md = (out / "results.md").read_text()
     assert all(t in md for t in ("Table 3", "Table 5", "Table 6", "Table 17", "Table 19", "Failure analysis"))
     print(md)
+
+
+def test_one_strategy_has_no_comparisons_and_no_plot(results: dict, tmp_path: Path) -> None:
+    from convrag.evaluation.report import _plots
+
+    one = {r: {"baseline": by_s["baseline"]} for r, by_s in per_turn().items()}
+    single = analyse(one, TURNS, MEASURES, n_bootstrap=0, seed=0)
+    assert single["significance"] == [] and list(single["turn_position"]["strategies"]) == ["baseline"]
+    assert _plots(single, RECOR.EVALUATION, tmp_path) == {} and not list(tmp_path.iterdir())
+    drawn = _plots(results, RECOR.EVALUATION, tmp_path, stem="x-")  # three strategies: a figure that compares
+    assert drawn == {"turn_position.png": tmp_path / "x-turn_position.png"}
+    assert drawn["turn_position.png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -36,6 +36,24 @@ def _is_text(kind: pa.DataType) -> bool:
     return pa.types.is_string(kind) or pa.types.is_large_string(kind)
 
 
+def _clean_text(path: str, column: str) -> bool:
+    """Whether the Parquet metadata of ``path`` alone shows ``column`` as text without nulls (every row group's
+    statistics count its nulls); False when it does not say, and the column is then read."""
+    try:
+        meta = pq.ParquetFile(path)
+        if column not in meta.schema_arrow.names or not _is_text(meta.schema_arrow.field(column).type):
+            return False
+        for g in range(meta.metadata.num_row_groups):
+            group = meta.metadata.row_group(g)
+            stats = next((group.column(i).statistics for i in range(group.num_columns)
+                          if group.column(i).path_in_schema == column), None)  # fmt: skip
+            if stats is None or not stats.has_null_count or stats.null_count:
+                return False
+    except Exception:  # an unreadable file: the read that follows names it
+        return False
+    return True
+
+
 class Folder:
     """A folder written by ``convrag build``: its configs and their Parquet files per split."""
 
@@ -98,9 +116,12 @@ class Folder:
         strings, read column-wise (no row dicts); every one of ``columns`` is checked: a missing column, a null or
         a non-string value is the ``DataError`` of :meth:`checked_rows`."""
         kept = columns[:keep]
-        tables = self._tables(config, split, columns)
+        unread = [c for c in columns[len(kept):] if c not in kept]
+        self._tables(config, split, [])  # the config / split / file checks, before any metadata is read
+        unread = [c for c in unread if not all(_clean_text(path, c) for path in self.files[config][split])]
+        tables = self._tables(config, split, kept + unread)
         if not all(c in t.column_names and _is_text(t.schema.field(c).type) and not t.column(c).null_count
-                   for _, t in tables for c in columns):  # fmt: skip
+                   for _, t in tables for c in kept + unread):  # fmt: skip
             rows = self.checked_rows(config, split, dict.fromkeys(columns, str))
             return [[r[c] for r in rows] for c in kept]
         return [[v for _, t in tables for v in t.column(c).to_pylist()] for c in kept]

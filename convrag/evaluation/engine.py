@@ -30,7 +30,6 @@ from typing import Any
 from convrag.errors import ConvragError, DataError
 from convrag.evaluation.data import BenchmarkData, Corpora, load_benchmark
 from convrag.evaluation.profile import EvaluationProfile
-from convrag.llm.spec import PLACEHOLDER_MODEL, is_placeholder
 from convrag.metrics.retrieval.compute import score_run
 from convrag.progress import scope as progress_scope
 from convrag.retrievers import get_retriever
@@ -205,6 +204,8 @@ def check_external(ext: External, data: BenchmarkData, complete: Mapping[str, bo
 def placeholder_llm(spec: str) -> str | None:
     """What a model that only shows the plumbing is (the embedded SmolLM2-135M, see
     ``convrag.llm.is_placeholder``; the fake echo backend), or None for a real model."""
+    from convrag.llm.spec import PLACEHOLDER_MODEL, is_placeholder  # the LLM layer only where an LLM is named
+
     if is_placeholder(spec):
         return f"the embedded {PLACEHOLDER_MODEL} placeholder"
     if spec.split(";")[0].strip().partition(":")[0].strip().lower() == "fake":

@@ -116,10 +116,14 @@ def comparisons(strategies: Sequence[str]) -> list[tuple[str, str]]:
 def paired_rows(per_turn: Mapping[str, Mapping[str, PerTurn]], turns: Mapping[str, Mapping[str, Any]],
                 strategies: Sequence[str], measure: str = PRIMARY, seed: int = 0) -> list[dict[str, Any]]:
     """Table 17 rows: pooled over retrievers ("all") and per retriever, for every pair of ``comparisons``."""
-    from scipy import stats as sps  # imported here: a second of start-up that other reports do not need
+    pairs = comparisons(strategies)
+    if not pairs:
+        return []
+    from scipy import stats as sps  # imported only when there is a pair: most of a second of start-up
+
 
     rows = []
-    for a, b in comparisons(strategies):
+    for a, b in pairs:
         for scope in ["all", *per_turn]:
             rets = list(per_turn) if scope == "all" else [scope]
             keys = [(r, q) for r in rets for q in sorted(per_turn[r][a])]

@@ -108,13 +108,19 @@ def coverage_section(results: Mapping[str, Any]) -> str:
 
 
 def _plots(results: Mapping[str, Any], profile: EvaluationProfile, out: Path, stem: str = "") -> dict[str, Path]:
-    """Plot name -> the path it was drawn to (``out / (stem + name)``)."""
+    """Plot name -> the path it was drawn to (``out / (stem + name)``). A plot is drawn only when it compares:
+    two or more lines (RECOR: strategies; MTR-Bench: systems); with one line it would repeat a table of
+    results.md, and drawing it costs most of a second of matplotlib start-up."""
     if profile.report == "recor":
+        if len(results["turn_position"]["strategies"]) < 2:
+            return {}
         from convrag.evaluation.recor_tables import plot_turn_positions
 
         plot_turn_positions(results, str(out / f"{stem}turn_position.png"))
         return {"turn_position.png": out / f"{stem}turn_position.png"}
     if profile.report == "mtr-bench":
+        if len(results["systems"]) < 2:
+            return {}
         from convrag.evaluation.turn_tables import plot_per_turn
 
         plot_per_turn(results, str(out / f"{stem}per_turn.png"))

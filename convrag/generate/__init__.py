@@ -9,7 +9,18 @@ Modes: ``oracle`` (the turn's gold passages), ``retrieved`` (top ``k`` of a retr
 official submission lines (``mtrag``) or one line per turn for the judge-scored benchmarks (``judge``).
 """
 
-from convrag.generate.answer import GenerationResult, generate_answers, render_prompt
-from convrag.generate.tasks import GenItem, Passage, collect_items
+import importlib
+from typing import Any
 
-__all__ = ["GenItem", "GenerationResult", "Passage", "collect_items", "generate_answers", "render_prompt"]
+#: public name -> its module; imported on first use, so ``convrag --help`` and the CLI's other commands do not pay
+#: for the LLM layer
+_EXPORTS = {"GenerationResult": "answer", "generate_answers": "answer", "render_prompt": "answer",
+            "GenItem": "tasks", "Passage": "tasks", "collect_items": "tasks"}  # fmt: skip
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'convrag.generate' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"convrag.generate.{_EXPORTS[name]}"), name)

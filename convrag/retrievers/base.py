@@ -75,6 +75,11 @@ class Retriever(ABC):
     def __init__(self, *, use_title: bool = True, show_progress: bool = True) -> None:
         self.use_title = use_title
         self.show_progress = show_progress
+        Retriever._forget(self)  # the base fields only: a subclass's own are set by its __init__
+
+    def _forget(self) -> None:
+        """Drop the index: documents, texts and whatever ``_fit`` built (subclasses extend this). ``index`` calls it
+        before reading a new corpus, so re-indexing never holds two corpora's indexes at once."""
         self.doc_ids: list[str] = []
         self.doc_texts: list[str] = []
         self._position: dict[str, int] = {}
@@ -102,6 +107,7 @@ class Retriever(ABC):
 
         Raises ``DataError`` on an empty corpus or duplicate doc ids.
         """
+        self._forget()
         ids: list[str] = []
         texts: list[str] = []
         position: dict[str, int] = {}

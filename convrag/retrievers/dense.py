@@ -203,11 +203,15 @@ class DenseRetriever(Retriever):
         self.fit_queries = bool(fit_queries)
         #: Query fitting statuses of the last search (``fits`` / ``history trimmed`` / ``tail cut`` -> count).
         self.fit_stats: dict[str, int] = {}
-        self.embeddings = np.empty((0, 0), dtype=np.float32)
-        self._faiss: Any = None
         self._entry: str | None = None
         self._shard: tuple[int, int] | None = None
         self.encoded_documents = 0  #: documents the last ``index`` / ``encode_shard`` encoded (0: none)
+        self._forget()
+
+    def _forget(self) -> None:
+        super()._forget()
+        self.embeddings = np.empty((0, 0), dtype=np.float32)
+        self._faiss: Any = None
         self._last_queries: tuple[tuple[Any, ...], np.ndarray] | None = None
 
     @property
@@ -346,8 +350,6 @@ class DenseRetriever(Retriever):
                 _EMBEDDINGS.popitem(last=False)
         self.cache_entry = str(store.path(self._entry)) if store is not None else None
         self.embeddings = cached
-        self._faiss = None
-        self._last_queries = None
 
     def encode_shard(self, corpus: Any, shard: tuple[int, int], show_progress: bool | None = None) -> DenseRetriever:
         """Encode only the ``shard = (K, N)`` slice of ``corpus`` into the disk cache (``convrag.embed_shards``),

@@ -64,6 +64,11 @@ class _Composite(Retriever):
 
     components: list[Retriever]
 
+    def _forget(self) -> None:
+        super()._forget()
+        for comp in getattr(self, "components", []):  # none yet while Retriever.__init__ runs
+            comp._forget()
+
     def _fit(self, show_progress: bool) -> None:
         # Components see the already-composed document text (doc_text of a bare string is the string).
         docs = dict(zip(self.doc_ids, self.doc_texts, strict=True))

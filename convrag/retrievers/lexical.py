@@ -88,6 +88,10 @@ class BM25Retriever(Retriever):
         self.k1, self.b, self.epsilon = float(k1), float(b), float(epsilon)
         self.pool_stats = _check_pool_stats(pool_stats)
         self.tokenizer = tokenizer
+        self._forget()
+
+    def _forget(self) -> None:
+        super()._forget()
         self._vocab: dict[str, int] = {}
         # per document (rows of _indptr): its distinct token ids in order of first appearance, and their counts
         self._indptr = np.zeros(1, dtype=np.int64)
@@ -235,6 +239,10 @@ class BM25SRetriever(Retriever):
         self.pool_stats = _check_pool_stats(pool_stats)
         self.tokenizer = tokenizer
         self.stopwords, self.stemmer = stopwords, stemmer
+        self._forget()
+
+    def _forget(self) -> None:
+        super()._forget()
         self._ids: list[list[int]] = []  # every document's tokens as ids into _words
         self._words: list[str] = []
         self._model: Any = None
@@ -277,7 +285,6 @@ class BM25SRetriever(Retriever):
         return np.asarray(model.get_scores_from_ids(ids), dtype=float)
 
     def _fit(self, show_progress: bool) -> None:
-        self._model, self._ids, self._words = None, [], []  # a previous corpus's index goes before the next is built
         tokens, vocab = self.tokenize(self.doc_texts, show_progress), {}
         self._ids = [[vocab.setdefault(t, len(vocab)) for t in doc] for doc in tokens]
         del tokens  # the token strings live on once, in the vocabulary

@@ -45,6 +45,10 @@ class RandomRetriever(Retriever):
     def __init__(self, seed: int = 0, **options: Any) -> None:
         super().__init__(**options)
         self.seed = int(seed)
+        self._forget()
+
+    def _forget(self) -> None:
+        super()._forget()
         self._doc_hashes = np.empty(0, dtype=np.uint64)
 
     def _fit(self, show_progress: bool) -> None:
