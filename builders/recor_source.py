@@ -219,7 +219,7 @@ def parse_conversation(obj: dict, domain: str, path: str, line: int, data: Recor
 
 def read_corpus(path: str, report: BuildReport) -> Iterator[tuple[str, str]]:
     """(doc_id, content) of a documents file, streamed; an id repeated with the same text is kept once."""
-    seen: dict[bytes, tuple[int, int]] = {}  # digest of the id -> (hash of its text, line)
+    seen: dict[bytes, int] = {}  # digest of the id -> hash of its text (the line is looked up only for an error)
     for line, obj in iter_jsonl(text_lines(path), path):
         doc_id = check(obj, "doc_id", str, path, line, empty=False)
         text = check(obj, "content", str, path, line)
@@ -227,12 +227,13 @@ def read_corpus(path: str, report: BuildReport) -> Iterator[tuple[str, str]]:
             report.add(EMPTY_DOCUMENT, doc_id)
         key = digest(doc_id)
         if key in seen:
-            if seen[key][0] != hash(text):
-                raise DataError(f"document {doc_id!r} repeated with a different text (first on line "
-                                f"{seen[key][1]})", path, line)  # fmt: skip
+            if seen[key] != hash(text):
+                first = next(n for n, o in iter_jsonl(text_lines(path), path) if o.get("doc_id") == doc_id)
+                raise DataError(f"document {doc_id!r} repeated with a different text (first on line {first})",
+                                path, line)  # fmt: skip
             report.add("documents repeated in a corpus file (kept once)", doc_id)
             continue
-        seen[key] = (hash(text), line)
+        seen[key] = hash(text)
         yield doc_id, text
 
 

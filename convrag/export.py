@@ -15,7 +15,6 @@ complete, so a failed or interrupted build leaves ``<out>`` as it was (see ``exp
 
 from __future__ import annotations
 
-import gc
 import importlib.resources
 import logging
 import os
@@ -68,13 +67,17 @@ class ExportSummary:
 
 def build_config(
     benchmark: str, config_name: str, cache_dir: str, options: dict[str, Any], sources: SourceCache | None = None
-) -> tuple[datasets.DatasetDict, Any]:
-    """Run one builder config; returns its non-empty splits and the builder (for ``info`` and ``report``).
-    ``sources``: parsed source files shared with the other configs of the export (each file is read once).
+) -> tuple[dict[str, list[str]], Any]:
+    """Run one builder config; returns split -> its Arrow files, for the non-empty splits, and the builder (for
+    ``info`` and ``report``). ``sources``: parsed source files shared with the other configs of the export
+    (each file is read once).
 
-    Splits that came out with 0 rows are left out of the returned dict (``as_dataset`` cannot read them);
-    they are still named in ``builder.info.splits``.
+    The files are those ``as_dataset`` would memory-map; it is not called: opening a mapped file reads every
+    record batch's header, and the kernel maps a run of pages around each, tens of MB of resident memory for a
+    large corpus. Splits that came out with 0 rows are left out (still named in ``builder.info.splits``).
     """
+    from datasets.arrow_reader import ArrowReader
+
     cls = get_builder_class(benchmark)
     try:
         builder = cls(config_name=config_name, cache_dir=cache_dir, source_cache=sources, **options)
@@ -84,7 +87,15 @@ def build_config(
             raise err.__cause__ from None
         raise
     splits = builder.info.splits or {}
-    return datasets.DatasetDict({s: builder.as_dataset(split=s) for s, i in splits.items() if i.num_examples}), builder
+    reader = ArrowReader(builder._output_dir, builder.info)
+    files = {}
+    for split, info in splits.items():
+        if info.num_examples:
+            parts = reader.get_file_instructions(builder.dataset_name, split, splits.values())
+            if any(part["skip"] for part in parts):  # whole files only; their row count is checked as they are read
+                raise ConvragError(f"{config_name}: split {split!r} is not a plain sequence of Arrow files")
+            files[split] = [part["filename"] for part in parts]
+    return files, builder
 
 
 def export_benchmark(
@@ -145,33 +156,34 @@ def _build_into(
     with tempfile.TemporaryDirectory(prefix="convrag-build-") as cache_dir:
         sources = SourceCache(Path(cache_dir, "sources"))
         for name in names:
-            dataset, builder = build_config(cls.BENCHMARK, name, cache_dir, options, sources)
+            files, builder = build_config(cls.BENCHMARK, name, cache_dir, options, sources)
             merge_report(summary.report, builder.report.to_dict())
             info = builder.info.copy()
-            empty = [s for s in info.splits or {} if s not in dataset]
-            if not dataset:
+            empty = [s for s in info.splits or {} if s not in files]
+            if not files:
                 empty_configs.append(name)
                 continue
             empty_splits += [f"{name}:{s}" for s in empty]
             summary.rows[name] = {}
             data_files = []
             written: list[Path] = []
-            for split, ds in dataset.items():
-                written += write_parquet_shards(ds, work / name, split)
+            schema = info.features.arrow_schema
+            for split, arrow_files in files.items():
+                n_rows = info.splits[split].num_examples
+                written += write_arrow_shards(arrow_files, schema, n_rows, work / name, split)
                 data_files.append({"split": split, "path": f"{name}/{split}-*"})
-                summary.rows[name][split] = len(ds)
+                summary.rows[name][split] = n_rows
             metadata[name] = {"data_files": data_files}
             if name == cls.DEFAULT_CONFIG_NAME:
                 metadata[name]["default"] = True
             info.config_name = name
             kept = datasets.SplitDict(dataset_name=info.splits.dataset_name)
-            for split in dataset:
+            for split in files:
                 kept.add(info.splits[split])
             info.splits = kept
             info.download_size = sum(p.stat().st_size for p in written)  # the Parquet files a user downloads
             infos[name] = info
-            del dataset, builder, ds  # unmap this config's Arrow files before the next config is built
-            gc.collect()
+            del builder  # this config's parsed source stays in ``sources``; its builder goes before the next
     if not infos:
         source = options.get("source")
         raise DataError(f"every config built from this source has 0 rows ({', '.join(names)}); nothing to write",
@@ -224,41 +236,18 @@ def _is_build(folder: Path) -> bool:
     return True
 
 
-def _streamable(ds: datasets.Dataset, files: list[str]) -> bool:
-    """True when ``ds`` is exactly the rows of its Arrow cache files, in order (no indices, no in-memory or
-    transformed parts), so streaming those files writes exactly ``ds``."""
-    from datasets.table import ConcatenationTable, MemoryMappedTable
-
-    table = ds.data
-    leaves = [t for row in table.blocks for t in row] if isinstance(table, ConcatenationTable) else [table]
-    return bool(
-        files and len(ds) and ds._indices is None
-        and all(isinstance(t, MemoryMappedTable) and all(r[0] == "replace_schema_metadata" for r in t.replays)
-                for t in leaves)
-        and [t.path for t in leaves] == files and sum(t.num_rows for t in leaves) == len(ds)
-        and table.schema.names == ds.features.arrow_schema.names
-    )  # fmt: skip
-
-
-def write_parquet_shards(ds: datasets.Dataset, folder: Path, split: str) -> list[Path]:
-    """Write ``ds`` as ``<split>-XXXXX-of-YYYYY.parquet`` files of at most ``MAX_SHARD_ROWS`` rows (contiguous,
-    sizes as ``Dataset.shard(contiguous=True)``), streaming record batches from the Arrow cache files so that
-    memory stays flat in the split's size (no memory-mapped pages are touched). Falls back to
-    ``Dataset.to_parquet`` for an in-memory dataset."""
+def write_arrow_shards(files: list[str], schema: Any, n_rows: int, folder: Path, split: str) -> list[Path]:
+    """Write the ``n_rows`` rows of the Arrow stream ``files`` (in order, cast to ``schema``) as
+    ``<split>-XXXXX-of-YYYYY.parquet`` files of at most ``MAX_SHARD_ROWS`` rows (contiguous, sizes as
+    ``Dataset.shard(contiguous=True)``). Record batches are read one at a time from the files (not memory-mapped),
+    so memory stays flat in the split's size; a row count other than ``n_rows`` is an error."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     folder.mkdir(parents=True, exist_ok=True)
-    n_rows = len(ds)
     n_shards = max(1, -(-n_rows // MAX_SHARD_ROWS))
     sizes = [n_rows // n_shards + (1 if i < n_rows % n_shards else 0) for i in range(n_shards)]
     paths = [folder / f"{split}-{i:05d}-of-{n_shards:05d}.parquet" for i in range(n_shards)]
-    files = [f["filename"] for f in ds.cache_files]
-    if not _streamable(ds, files):
-        for i, path in enumerate(paths):
-            (ds.shard(n_shards, i, contiguous=True) if n_shards > 1 else ds).to_parquet(str(path))
-        return paths
-    schema = ds.features.arrow_schema
     index, written, writer = 0, 0, pq.ParquetWriter(str(paths[0]), schema)
     try:
         for filename in files:
@@ -267,6 +256,9 @@ def write_parquet_shards(ds: datasets.Dataset, folder: Path, split: str) -> list
                     batch = batch.cast(schema) if batch.schema != schema else batch
                     while batch.num_rows:
                         if written == sizes[index]:
+                            if index == n_shards - 1:
+                                raise ConvragError(f"export of split {split!r}: its Arrow files hold more than "
+                                                   f"{n_rows} rows")  # fmt: skip
                             writer.close()
                             index, written = index + 1, 0
                             writer = pq.ParquetWriter(str(paths[index]), schema)

@@ -1,4 +1,4 @@
-"""Streaming Parquet export: exact rows and shard sizes, and a fallback for datasets that are not plain cache files."""
+"""Streaming Parquet export: exact rows and shard sizes from Arrow files, and row-count checks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from convrag import export
-from convrag.export import write_parquet_shards
+from convrag.errors import ConvragError
+from convrag.export import write_arrow_shards
 
 from .conftest import DATA
 
@@ -22,32 +23,30 @@ def _rows(paths):
     return [r for p in paths for r in pq.read_table(p).to_pylist()]
 
 
+def _files(ds):
+    return [f["filename"] for f in ds.cache_files]
+
+
 @pytest.mark.parametrize("shard_rows, sizes", [(500, [12]), (5, [4, 4, 4]), (6, [6, 6]), (12, [12]), (7, [6, 6])])
 def test_streamed_shards_hold_every_row_in_order(on_disk, tmp_path, monkeypatch, shard_rows, sizes):
     monkeypatch.setattr(export, "MAX_SHARD_ROWS", shard_rows)
-    assert export._streamable(on_disk, [f["filename"] for f in on_disk.cache_files])
-    paths = write_parquet_shards(on_disk, tmp_path / "out", "test")
+    paths = write_arrow_shards(_files(on_disk), on_disk.features.arrow_schema, 12, tmp_path / "out", "test")
     assert [pq.read_table(p).num_rows for p in paths] == sizes
     assert [p.name for p in paths][-1] == f"test-{len(sizes) - 1:05d}-of-{len(sizes):05d}.parquet"
     assert _rows(paths) == on_disk.to_list()
 
 
-def test_transformed_datasets_fall_back_and_stay_exact(on_disk, tmp_path):
-    cases = {
-        "concat": datasets.concatenate_datasets([on_disk, datasets.Dataset.from_dict({"a": [99], "b": ["x"]})]),
-        "select": on_disk.select(range(3, 6)),
-        "rename": on_disk.rename_column("a", "c"),
-        "empty": on_disk.select([]),
-    }
-    for name, ds in cases.items():
-        assert not export._streamable(ds, [f["filename"] for f in ds.cache_files]), name
-        assert _rows(write_parquet_shards(ds, tmp_path / name, "test")) == ds.to_list(), name
+@pytest.mark.parametrize("n_rows, message", [(13, "wrote 12 of 13 rows"), (11, "hold more than 11 rows")])
+def test_a_row_count_other_than_the_split_info_is_an_error(on_disk, tmp_path, n_rows, message):
+    with pytest.raises(ConvragError, match=message):
+        write_arrow_shards(_files(on_disk), on_disk.features.arrow_schema, n_rows, tmp_path / "out", "test")
 
 
-def test_a_builder_export_streams(tmp_path, monkeypatch):
-    seen = []
-    real = export._streamable
-    monkeypatch.setattr(export, "_streamable", lambda ds, files: seen.append(real(ds, files)) or seen[-1])
-    export.export_benchmark("recor", tmp_path / "recor", configs=["law-corpus", "law-qrels"],
-                            options={"source": str(DATA / "recor" / "sample")})  # fmt: skip
-    assert seen == [True, True]
+def test_a_builder_export_streams_the_rows_as_dataset_reads(tmp_path):
+    options = {"source": str(DATA / "recor" / "sample")}
+    files, builder = export.build_config("recor", "law-corpus", str(tmp_path / "cache"), options)
+    assert list(files) == ["test"] and all(f.endswith(".arrow") for f in files["test"])
+    expected = builder.as_dataset(split="test").to_list()
+    summary = export.export_benchmark("recor", tmp_path / "recor", configs=["law-corpus", "law-qrels"], options=options)
+    assert _rows(sorted((summary.out_dir / "law-corpus").glob("test-*.parquet"))) == expected
+    assert summary.rows["law-corpus"]["test"] == len(expected) > 0

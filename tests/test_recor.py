@@ -214,3 +214,17 @@ def test_malformed_line_names_file_and_line(release, tmp_path):
     path.write_text(json.dumps(_conv("9", "economics", [{"query": "no id"}])) + "\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"economics_benchmark\.jsonl:1: missing field 'turns\[0\]\.turn_id'"):
         export_benchmark("recor", tmp_path / "out2", configs=["economics-queries"], options={"source": str(release)})
+
+
+def test_repeated_document_ids_in_a_corpus_file(release, tmp_path):
+    corpus = release / "data" / "corpus" / "biology_documents.jsonl"
+    rows = [{"doc_id": "bio/a.txt", "content": "A"}, {"doc_id": "bio/b.txt", "content": "B"},
+            {"doc_id": "bio/a.txt", "content": "A"}]  # fmt: skip
+    _write(corpus, rows)
+    summary = export_benchmark("recor", tmp_path / "out", configs=["biology-corpus"], options={"source": str(release)})
+    assert sorted(_load(summary.out_dir, "biology-corpus")["_id"]) == ["bio/a.txt", "bio/b.txt"]  # same text: once
+    assert summary.report["counts"]["documents repeated in a corpus file (kept once)"] == 1
+    _write(corpus, [*rows, {"doc_id": "bio/b.txt", "content": "not B"}])
+    with pytest.raises(DataError, match=r"biology_documents\.jsonl:4: document 'bio/b.txt' repeated with a "
+                                        r"different text \(first on line 2\)"):  # fmt: skip
+        export_benchmark("recor", tmp_path / "out2", configs=["biology-corpus"], options={"source": str(release)})

@@ -216,7 +216,7 @@ def _raise_on_second_call(monkeypatch, name: str, exc: type[BaseException]) -> N
     monkeypatch.setattr(export, name, patched)
 
 
-@pytest.mark.parametrize("where", ["build_config", "write_parquet_shards", "write_readme"])
+@pytest.mark.parametrize("where", ["build_config", "write_arrow_shards", "write_readme"])
 @pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit, MemoryError])
 def test_interrupted_build_leaves_the_previous_out_and_the_next_build_succeeds(previous, capsys, monkeypatch,
                                                                                where, exc):  # fmt: skip
@@ -262,12 +262,12 @@ def pause():
     time.sleep(300)
 
 if stage == "write":
-    real = export.write_parquet_shards
+    real = export.write_arrow_shards
     def slow(*args, **kwargs):
         paths = real(*args, **kwargs)
         pause()
         return paths
-    export.write_parquet_shards = slow
+    export.write_arrow_shards = slow
 else:
     real_rename = os.rename
     def rename(src, dst):
