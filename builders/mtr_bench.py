@@ -147,7 +147,7 @@ class MTRBench(BenchmarkBuilder):
             return None
         try:
             files = ms.fetch(spec, "corpus", local_only=spec[0] == "hub")
-            return self.sources.parsed("mtr-bench-corpus-rows", files, lambda _: corpus_size(files))
+            return self.sources.parsed("mtr-bench-corpus-rows", files, lambda _: corpus_size(files, self._parquet))
         except DataError:
             if spec[0] != "hub":
                 raise
@@ -161,7 +161,7 @@ class MTRBench(BenchmarkBuilder):
             # row index must be document_idx: every row the conversations quote is compared with their copy
             parsed = self._parsed(split, bench) if bench else _no_items
             quoted = {item[1]: item[3] for item in parsed() if item[0] == "document"}
-            for idx, title, text, url in iter_corpus(files):
+            for idx, title, text, url in iter_corpus(files, opener=self._parquet):
                 if idx in quoted and quoted[idx].strip() != text.strip():
                     self.report.add(MISALIGNED, str(idx))
                 if not text.strip():
@@ -191,6 +191,10 @@ class MTRBench(BenchmarkBuilder):
                 yield idx, {"_id": str(idx), "title": title, "text": text, "url": url}
         if view == "cluster-corpus":
             self.report.counts[f"cluster-corpus documents: {split}"] = documents
+
+    def _parquet(self, path: str) -> pq.ParquetFile:
+        """``path`` opened once per export (``self.sources``): the footer count and the corpus stream share it."""
+        return self.sources.parsed("parquet-file", [path], lambda _: ms.open_parquet(path))
 
     def _parsed(self, split: str, files: list[str]) -> Callable[[], Iterator[tuple]]:
         """The split's parse, once per export (``self.sources``): a stream of ("conversation", Conversation)
@@ -242,15 +246,18 @@ def turn_row(view: str, qid: str, conv: ms.Conversation, t: ms.Turn) -> dict[str
             "cluster_idx": t.cluster_idx, "answer": t.answer}  # fmt: skip
 
 
-def iter_corpus(files: Iterable[str], batch_size: int = 2048) -> Iterator[tuple[int, str, str, str]]:
-    """(document_idx = row index, title, text, url) of an MTR-DOCUMENT corpus, streamed batch by batch."""
+def iter_corpus(
+    files: Iterable[str], batch_size: int = 2048, opener: Callable[[str], pq.ParquetFile] = ms.open_parquet
+) -> Iterator[tuple[int, str, str, str]]:
+    """(document_idx = row index, title, text, url) of an MTR-DOCUMENT corpus, streamed batch by batch
+    (``opener`` opens a Parquet file: a cached one keeps each file opened once per export)."""
     idx = 0
     for path in files:
         if path.endswith(".jsonl"):
             rows: Iterator = ((line, (o.get("title"), o.get("text"), o.get("url")))
                               for line, o in iter_jsonl(text_lines(path), path))  # fmt: skip
         else:
-            rows = enumerate(_corpus_batches(ms.open_parquet(path), path, batch_size), start=1)
+            rows = enumerate(_corpus_batches(opener(path), path, batch_size), start=1)
         for where, values in rows:
             if not all(type(v) is str for v in values):
                 raise DataError("corpus row needs string 'title', 'text' and 'url'", path, where)
@@ -266,13 +273,13 @@ def _corpus_batches(pf: pq.ParquetFile, path: str, batch_size: int) -> Iterator[
         yield from zip(*(batch.column(c).to_pylist() for c in ("title", "text", "url")), strict=True)
 
 
-def corpus_size(files: list[str]) -> int:
-    """Rows of a corpus: Parquet footers only; JSONL non-blank lines."""
+def corpus_size(files: list[str], opener: Callable[[str], pq.ParquetFile] = ms.open_parquet) -> int:
+    """Rows of a corpus: Parquet footers only (``opener`` as in :func:`iter_corpus`); JSONL non-blank lines."""
     total = 0
     for path in files:
         if path.endswith(".jsonl"):
             with open(path, "rb") as handle:
                 total += sum(1 for line in handle if line.strip())
         else:
-            total += ms.open_parquet(path).metadata.num_rows
+            total += opener(path).metadata.num_rows
     return total
