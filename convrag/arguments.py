@@ -5,14 +5,19 @@
   share a folder.
 * :func:`check_retrievers` / :func:`check_strategies`: an unknown retriever or query strategy name is one error
   listing the known names, raised before any index is built, model loaded or LLM called.
+* :func:`name_value_pairs` / :func:`parse_options`: repeated ``--flag NAME=VALUE`` arguments as a mapping.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from convrag.errors import ConvragError
+
+#: ``NAME=VALUE``: a name (letters, digits, ``_``, ``-``; not starting with a digit), then anything
+NAME_EQ = re.compile(r"^([A-Za-z_][\w-]*)=(.+)$")
 
 #: Root of the default output folders: ``results/<benchmark>/<run>``.
 RESULTS = Path("results")
@@ -71,3 +76,21 @@ def check_strategies(names: list[str], flag: str, profile: Any = None) -> None:
         except ConvragError:
             known = list(dict.fromkeys([*own, *available_strategies(), "field:NAME"]))
             raise ConvragError(f"{flag}: unknown query strategy {name!r}; known: {', '.join(known)}") from None
+
+
+def name_value_pairs(values: list[str] | None, flag: str, form: str = "NAME=FILE") -> dict[str, str]:
+    """``flag NAME=VALUE`` arguments as a mapping of strings (``form`` names the expected shape in errors)."""
+    pairs = {}
+    for value in values or []:
+        match = NAME_EQ.match(value)
+        if not match:
+            raise ConvragError(f"{flag} expects {form}, got {value!r}")
+        pairs[match.group(1)] = match.group(2)
+    return pairs
+
+
+def parse_options(values: list[str] | None, flag: str) -> dict[str, Any]:
+    """``flag key=value`` pairs; values are read as YAML scalars (ints, null, true...)."""
+    import yaml
+
+    return {k: yaml.safe_load(v) for k, v in name_value_pairs(values, flag, "key=value").items()}

@@ -6,49 +6,36 @@ Each subcommand has its own ``--help``. Errors in user input end with a one-line
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from convrag.arguments import RESULTS, check_retrievers, check_strategies, default_out
+from convrag.arguments import (
+    NAME_EQ,
+    RESULTS,
+    check_retrievers,
+    check_strategies,
+    default_out,
+    name_value_pairs,
+    parse_options,
+)
 from convrag.embed import add_parser as add_embed_parser
 from convrag.embed import resolve_device
 from convrag.errors import ConvragError
 from convrag.generate.command import add_parser as add_generate_parser
 from convrag.spaces import add_parser as add_space_parser
 
-_NAME_EQ = re.compile(r"^([A-Za-z_][\w-]*)=(.+)$")
-
 
 def _parse_sources(values: list[str] | None) -> str | dict[str, str] | None:
     """``--source PATH`` once, or ``--source name=PATH`` any number of times."""
     if not values:
         return None
-    named = [_NAME_EQ.match(v) for v in values]
+    named = [NAME_EQ.match(v) for v in values]
     if all(named):
         return {m.group(1): m.group(2) for m in named if m}
     if len(values) == 1:
         return values[0]
     raise ConvragError("give one --source PATH, or several --source name=PATH")
-
-
-def _pairs(values: list[str] | None, flag: str, form: str = "NAME=FILE") -> dict[str, str]:
-    """``flag NAME=VALUE`` arguments as a mapping of strings (``form`` names the expected shape in errors)."""
-    pairs = {}
-    for value in values or []:
-        match = _NAME_EQ.match(value)
-        if not match:
-            raise ConvragError(f"{flag} expects {form}, got {value!r}")
-        pairs[match.group(1)] = match.group(2)
-    return pairs
-
-
-def _parse_options(values: list[str] | None, flag: str) -> dict[str, Any]:
-    """``flag key=value`` pairs; values are read as YAML scalars (ints, null, true...)."""
-    return {k: yaml.safe_load(v) for k, v in _pairs(values, flag, "key=value").items()}
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -63,7 +50,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     from convrag.export import export_benchmark
     from convrag.progress import wanted
 
-    options: dict[str, Any] = dict(_pairs(args.option, "--option", "key=value"))
+    options: dict[str, Any] = dict(name_value_pairs(args.option, "--option", "key=value"))
     source = _parse_sources(args.source)
     if source is not None:
         options["source"] = source
@@ -142,14 +129,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     check_retrievers(retrievers, "--retrievers")
     if strategies is not None:
         check_strategies(_split_list(strategies), "--strategies" if args.strategies is not None else "--views", profile)
-    dense_options = _parse_options(args.dense_option, "--dense-option")
+    dense_options = parse_options(args.dense_option, "--dense-option")
     encoder = {"device": resolve_device(args.device), "batch_size": args.batch_size, "cache_dir": args.embeddings_cache}
     dense_options.update({k: v for k, v in encoder.items() if v is not None})
     progress = wanted(args.no_progress)
     with progress_scope(manifest["benchmark"]), datasets_bars(progress):
         results, scored = evaluate_folder(
             args.folder, profile,
-            external_runs=_pairs(args.run, "--run"), submissions=_pairs(args.submission, "--submission"),
+            external_runs=name_value_pairs(args.run, "--run"),
+            submissions=name_value_pairs(args.submission, "--submission"),
             n_bootstrap=args.bootstrap, seed=args.seed,
             retrievers=retrievers, strategies=_split_list(strategies) if strategies is not None else None,
             measures=_split_list(args.measures) if args.measures else None, split=args.split, corpus=args.corpus,
@@ -242,7 +230,7 @@ def cmd_evaluate_generation(args: argparse.Namespace) -> int:
                         rescale_with_baseline=args.rescale)  # fmt: skip
     result = evaluate_generation(
         tasks, judge=judges[0] if len(judges) == 1 else judges, bertscore_model=scorer, mode=args.mode,
-        conditioning=args.conditioning, prompts=_pairs(args.prompt, "--prompt") or None,
+        conditioning=args.conditioning, prompts=name_value_pairs(args.prompt, "--prompt") or None,
         metrics=tuple(metrics), n_bootstrap=args.bootstrap, seed=args.seed,
         progress=wanted(args.no_progress),
     )  # fmt: skip
@@ -272,7 +260,7 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     from convrag.progress import wanted
     from convrag.synthesis.engine import format_estimates, format_reports
 
-    options = _parse_options(args.option, "--option")
+    options = parse_options(args.option, "--option")
     if args.pipeline == "recor":
         from convrag.synthesis.recor_dv import DEFAULT_STAGES, recor_pipeline
 

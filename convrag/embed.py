@@ -285,15 +285,15 @@ def embed_folder(folder: str | os.PathLike[str], model: str | None = None, optio
     """Encode every split of every corpus config (all subsets and corpus kinds) of a built folder into the cache,
     as a dense retriever with ``model`` and ``options`` (device, batch_size, cache_dir, pooling, ...) would;
     ``shard=(K, N)``: only the K-th of N slices of each (``convrag.embed_shards``)."""
-    from convrag.evaluation.data import Folder, _name, _subsets
-    from convrag.evaluation.profile import profile_of
+    from convrag.evaluation.data import Folder, subsets
+    from convrag.evaluation.profile import config_name, profile_of
     from convrag.manifest import read_manifest
     from convrag.retrievers.dense import DenseRetriever
 
     manifest = read_manifest(folder)
     profile = profile_of(manifest, source=str(Path(folder) / "README.md"))
     built = Folder(folder)
-    configs = [_name(pattern, s) for s in _subsets(built, profile) for pattern in profile.corpus.values()]
+    configs = [config_name(pattern, s) for s in subsets(built, profile) for pattern in profile.corpus.values()]
     configs = [c for c in dict.fromkeys(configs) if built.has(c)]
     if not configs:
         raise ConvragError(f"{folder}: no corpus config was built (the benchmark's are "
@@ -315,14 +315,14 @@ def embed_folder(folder: str | os.PathLike[str], model: str | None = None, optio
 
 def cmd_embed(args: argparse.Namespace) -> int:
     """``convrag embed``: fill the embeddings cache for a built folder and say what was encoded or reused."""
-    from convrag.cli import _parse_options
+    from convrag.arguments import parse_options
     from convrag.embed_shards import parse_shard
     from convrag.hub import resolve_folder
     from convrag.progress import wanted
 
     if args.batch_size is not None and args.batch_size < 1:
         raise ConvragError(f"--batch-size must be at least 1, got {args.batch_size}")
-    options = _parse_options(args.dense_option, "--dense-option")
+    options = parse_options(args.dense_option, "--dense-option")
     flags = {"device": resolve_device(args.device), "batch_size": args.batch_size, "cache_dir": args.cache}
     options.update({k: v for k, v in flags.items() if v is not None})
     folder = resolve_folder(args.folder)

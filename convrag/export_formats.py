@@ -1,6 +1,6 @@
 """Write a built folder as BEIR or TREC files, for tools that read those instead of Hub configs.
 
-Every subset of the build (see :func:`convrag.mteb_layout.subsets`) is read from the configs mteb reads,
+Every subset of the build (see :func:`convrag.evaluation.profile.built_subsets`) is read from the configs mteb reads,
 ``[<subset>-]corpus``, ``[<subset>-]queries`` and ``[<subset>-]qrels`` (aliases included), and written into
 ``DIR`` (no subsets) or ``DIR/<subset>/``:
 
@@ -72,7 +72,7 @@ class ExportSummary:
 
 @dataclass(frozen=True)
 class _Subset:
-    name: str | None
+    name: str  # "": a benchmark without subsets
     corpus: str
     queries: str
     qrels: str
@@ -97,19 +97,19 @@ def _subsets(data: dict[str, Any], configs: dict[str, dict[str, list[str]]], rea
     """Each subset's corpus, queries and qrels configs, by their mteb names (aliases planned for folders built
     before aliases existed)."""
     from convrag import mteb_layout
-    from convrag.evaluation.profile import profile_of
+    from convrag.evaluation.profile import built_subsets, profile_of
 
     profile = profile_of(data.get("convrag") or {}, str(readme))
     built = list(configs)
     aliases, _ = mteb_layout.plan(profile, built)
     found = []
-    for subset in mteb_layout.subsets(profile, built):
+    for subset in built_subsets(profile, built):
         names = {}
         for kind in ("corpus", "queries", "qrels"):
-            name = f"{subset}-{kind}" if subset is not None else kind
+            name = f"{subset}-{kind}" if subset else kind
             names[kind] = name if name in configs else aliases.get(name)
             if names[kind] is None:
-                where = f"subset {subset!r}" if subset is not None else "the build"
+                where = f"subset {subset!r}" if subset else "the build"
                 raise DataError(f"{where} has no {name!r} config (was it built?)", str(readme))
         found.append(_Subset(subset, **names))
     if not found:
@@ -278,9 +278,9 @@ def export_folder(ref: str, fmt: str, out: str | os.PathLike, overwrite: bool = 
     summary = ExportSummary(ref, str(folder.resolve()), manifest["benchmark"], fmt, str(out_path))
     with replacing(out_path, target, overwrite, lambda p: (p / MARKER).is_file()) as work:
         for subset in subsets:
-            where = work / subset.name if subset.name is not None else work
+            where = work / subset.name if subset.name else work
             where.mkdir(exist_ok=True)
-            writer = _Writer(fmt, where, f"{subset.name}/" if subset.name is not None else "", summary)
+            writer = _Writer(fmt, where, f"{subset.name}/" if subset.name else "", summary)
             docs = writer.corpus(_all_files(configs[subset.corpus]))
             queries = writer.queries(_all_files(configs[subset.queries]))
             for split, files in configs[subset.qrels].items():

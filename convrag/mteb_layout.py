@@ -27,28 +27,15 @@ from typing import Any
 import datasets
 import pyarrow.parquet as pq
 
-from convrag.evaluation.profile import EvaluationProfile
+from convrag.evaluation.profile import EvaluationProfile, built_subsets, config_name
 
 TOP_RANKED_FEATURES = datasets.Features(
     {"query-id": datasets.Value("string"), "corpus-ids": datasets.List(datasets.Value("string"))}
 )
 
 
-def subsets(profile: EvaluationProfile, built: list[str]) -> list[str | None]:
-    """Subsets of a build (``None``: a benchmark without subsets), found from the built qrels configs."""
-    if not profile.has_subsets:
-        return [None]
-    prefix, suffix = profile.qrels.split("{subset}")
-    found = [c[len(prefix) : len(c) - len(suffix)] for c in built if c.startswith(prefix) and c.endswith(suffix)]
-    return [s for s in found if s]
-
-
-def _name(pattern: str, subset: str | None) -> str:
-    return pattern.replace("{subset}", subset) if subset is not None else pattern
-
-
-def _mteb(kind: str, subset: str | None) -> str:
-    return f"{subset}-{kind}" if subset is not None else kind
+def _mteb(kind: str, subset: str) -> str:
+    return f"{subset}-{kind}" if subset else kind
 
 
 def plan(profile: EvaluationProfile, built: list[str]) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
@@ -59,13 +46,13 @@ def plan(profile: EvaluationProfile, built: list[str]) -> tuple[dict[str, str], 
     aliases: dict[str, str] = {}
     tables: dict[str, tuple[str, str]] = {}
     first_strategy = next(iter(profile.strategies.values()), "")
-    for subset in subsets(profile, built):
-        qrels = _name(profile.qrels, subset)
-        corpus = next((c for c in (_name(p, subset) for p in profile.corpus.values()) if c in built), None)
+    for subset in built_subsets(profile, built):
+        qrels = config_name(profile.qrels, subset)
+        corpus = next((c for c in (config_name(p, subset) for p in profile.corpus.values()) if c in built), None)
         if profile.reader == "views" and first_strategy.startswith("field:"):
-            queries = _name(profile.views.get(first_strategy.removeprefix("field:"), ""), subset)
+            queries = config_name(profile.views.get(first_strategy.removeprefix("field:"), ""), subset)
         else:
-            queries = _name(profile.turns, subset)
+            queries = config_name(profile.turns, subset)
         wanted = {"qrels": qrels, "corpus": corpus, "queries": queries}
         if any(c is None or c not in built for c in wanted.values()):
             continue
@@ -77,10 +64,10 @@ def plan(profile: EvaluationProfile, built: list[str]) -> tuple[dict[str, str], 
             continue
         name = _mteb("top_ranked", subset)
         where, _, what = profile.pool.partition(":")
-        if where == "config" and _name(what, subset) in built and name != _name(what, subset):
-            aliases[name] = _name(what, subset)
+        if where == "config" and config_name(what, subset) in built and name != config_name(what, subset):
+            aliases[name] = config_name(what, subset)
         elif where == "field" and name not in built:
-            tables[name] = (_name(profile.turns, subset), what)
+            tables[name] = (config_name(profile.turns, subset), what)
     return aliases, tables
 
 

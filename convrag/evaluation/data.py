@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from convrag.errors import ConvragError, DataError
-from convrag.evaluation.profile import EvaluationProfile
+from convrag.evaluation.profile import EvaluationProfile, built_subsets, config_name
 from convrag.manifest import read_card
 from convrag.strategies import Turn, mtrag_turns, recor_turns
 
@@ -216,27 +216,20 @@ class BenchmarkData:
         return {(s, d): f"{s}:{d}" if s else d for s in self.subsets for d in shared & ids[s] if len(texts[d]) > 1}
 
 
-def _subsets(folder: Folder, profile: EvaluationProfile) -> list[str]:
-    if not profile.has_subsets:
-        return [""]
-    prefix, suffix = profile.qrels.split("{subset}")
-    found = [n[len(prefix): len(n) - len(suffix) if suffix else None] for n in folder.files
-             if n.startswith(prefix) and n.endswith(suffix) and len(n) > len(prefix) + len(suffix)]  # fmt: skip
-    return sorted(s for s in found if s != ALL)
-
-
-def _name(pattern: str, subset: str) -> str:
-    return pattern.replace("{subset}", subset)
+def subsets(folder: Folder, profile: EvaluationProfile) -> list[str]:
+    """The subsets an evaluation of ``folder`` scores: every built one but the ``all`` aggregate, sorted
+    (``[""]`` for a benchmark without subsets)."""
+    return sorted(s for s in built_subsets(profile, folder.files) if s != ALL)
 
 
 def _choose_split(folder: Folder, profile: EvaluationProfile, subset: str, split: str | None) -> str:
     if profile.reader == "views":
-        configs = [_name(c, subset) for c in profile.views.values() if folder.has(_name(c, subset))]
+        configs = [config_name(c, subset) for c in profile.views.values() if folder.has(config_name(c, subset))]
     else:
-        configs = [c for c in [_name(profile.turns, subset)] if folder.has(c)]
+        configs = [c for c in [config_name(profile.turns, subset)] if folder.has(c)]
     if not configs or not folder.splits(configs[0]):
-        wanted = [_name(c, subset) for c in profile.views.values()] if profile.reader == "views" else [
-            _name(profile.turns, subset)]
+        wanted = [config_name(c, subset) for c in profile.views.values()] if profile.reader == "views" else [
+            config_name(profile.turns, subset)]
         raise DataError(f"no query config was built (needs {' or '.join(wanted)})", str(folder.path))
     config = configs[0]
     available = folder.splits(config)
@@ -250,11 +243,11 @@ def _choose_split(folder: Folder, profile: EvaluationProfile, subset: str, split
 
 def read_turns(folder: Folder, profile: EvaluationProfile, subset: str, split: str) -> list[Turn]:
     """Turns of one subset, by the profile's reader (see :class:`EvaluationProfile`)."""
-    config = _name(profile.turns, subset)
+    config = config_name(profile.turns, subset)
     if profile.reader == "recor":
         from convrag.evaluation.recor import aspect_count
 
-        conv_config = _name(profile.conversations or "", subset)
+        conv_config = config_name(profile.conversations or "", subset)
         conversations = folder.checked_rows(conv_config, split, {"conversation_id": (str, int), "turns": list})
         aspects = {str(c["conversation_id"]): aspect_count(c) for c in conversations}
         queries = folder.checked_rows(config, split, {"_id": str, "text": str, "turn": int})
@@ -308,7 +301,7 @@ def _query_turn(row: Mapping[str, Any], where: str, line: int | None) -> Turn:
 def _view_turns(folder: Folder, profile: EvaluationProfile, subset: str, split: str) -> list[Turn]:
     """MTRAG-style: one query config per view; the turn's fields hold every view's text by query id.
     Histories come from the ``turns`` config (tasks) when it was built."""
-    views = {v: _name(c, subset) for v, c in profile.views.items() if folder.has(_name(c, subset))}
+    views = {v: config_name(c, subset) for v, c in profile.views.items() if folder.has(config_name(c, subset))}
     if not views:
         raise DataError(f"no query view config of subset {subset!r} was built", str(folder.path))
     texts: dict[str, dict[str, str]] = {}
@@ -321,7 +314,7 @@ def _view_turns(folder: Folder, profile: EvaluationProfile, subset: str, split: 
             labels.setdefault(r["_id"], {k: v for k, v in r.items() if k not in ("_id", "text")})
         order = order or [r["_id"] for r in rows]
     history: dict[str, Turn] = {}
-    tasks = _name(profile.turns, subset)
+    tasks = config_name(profile.turns, subset)
     if folder.has(tasks):
         rows = folder.checked_rows(tasks, split, {"task_id": str, "input": list})
         history = {t.qid: t for t in _guarded(folder, tasks, split, lambda: mtrag_turns(
@@ -361,24 +354,25 @@ def load_benchmark(folder_path: str | os.PathLike, profile: EvaluationProfile, s
     """Read every subset's turns, corpus (kind ``corpus``: a key of ``profile.corpus`` or ``auto`` = the first
     built) and qrels, and the pools when ``search`` (default ``profile.search``) is ``pool``."""
     folder = Folder(folder_path)
-    subsets = _subsets(folder, profile)
-    if not subsets:
+    names = subsets(folder, profile)
+    if not names:
         raise DataError(f"no config matches {profile.qrels!r}: not a folder of this benchmark", str(folder.path))
     if corpus != "auto" and corpus not in profile.corpus:
         raise ConvragError(f"unknown corpus kind {corpus!r}; this benchmark has {list(profile.corpus)}")
     search = search or profile.search
     if search == "pool" and not profile.pool:
         raise ConvragError("this benchmark has no per-turn pools; use --search corpus")
-    chosen_split = _choose_split(folder, profile, subsets[0], split)
+    chosen_split = _choose_split(folder, profile, names[0], split)
     corpora = Corpora(folder, {})
-    data = BenchmarkData(chosen_split, subsets, [], corpora, {}, {})
-    for s in subsets:
-        kinds = [corpus] if corpus != "auto" else [k for k, c in profile.corpus.items() if folder.has(_name(c, s))]
-        if not kinds or not folder.has(_name(profile.corpus[kinds[0]], s)):
-            wanted = [_name(profile.corpus[k], s) for k in ([corpus] if corpus != "auto" else profile.corpus)]
+    data = BenchmarkData(chosen_split, names, [], corpora, {}, {})
+    for s in names:
+        kinds = [corpus] if corpus != "auto" else [k for k, c in profile.corpus.items()
+                                                   if folder.has(config_name(c, s))]  # fmt: skip
+        if not kinds or not folder.has(config_name(profile.corpus[kinds[0]], s)):
+            wanted = [config_name(profile.corpus[k], s) for k in ([corpus] if corpus != "auto" else profile.corpus)]
             raise DataError(f"{'subset ' + s if s else 'the benchmark'}: corpus config {' or '.join(wanted)} "
                             "was not built", str(folder.path))  # fmt: skip
-        config = _name(profile.corpus[kinds[0]], s)
+        config = config_name(profile.corpus[kinds[0]], s)
         corpus_split = chosen_split if chosen_split in folder.splits(config) else folder.splits(config)[0]
         ids = folder.string_columns(config, corpus_split, ["_id", "text"], keep=1)[0]
         doc_ids = set(ids)
@@ -387,7 +381,7 @@ def load_benchmark(folder_path: str | os.PathLike, profile: EvaluationProfile, s
             raise DataError(f"duplicate corpus ids {dupes[:5]}", f"{folder.path}/{config}")
         del ids
         turns = read_turns(folder, profile, s, chosen_split)
-        qrels_config = _name(profile.qrels, s)
+        qrels_config = config_name(profile.qrels, s)
         qrels, missing = _qrels(folder, qrels_config, chosen_split, {t.qid for t in turns}, doc_ids)
         data.turns += turns
         corpora.configs[s] = (config, corpus_split)
@@ -396,7 +390,7 @@ def load_benchmark(folder_path: str | os.PathLike, profile: EvaluationProfile, s
     if dupes:
         raise DataError(f"query ids shared by several subsets: {dupes[:5]}", str(folder.path))
     if not any(v > 0 for qrels in data.qrels.values() for rels in qrels.values() for v in rels.values()):
-        configs = ", ".join(_name(profile.qrels, s) for s in subsets)
+        configs = ", ".join(config_name(profile.qrels, s) for s in names)
         raise DataError(f"no qrels row of split {chosen_split!r} marks a relevant document (configs {configs}): "
                         "nothing to score", str(folder.path))  # fmt: skip
     if search == "pool":
@@ -412,11 +406,11 @@ def _pools(folder: Folder, profile: EvaluationProfile, data: BenchmarkData) -> d
             value = t.fields.get(name)
             if not isinstance(value, list) or not all(isinstance(d, str) for d in value):
                 raise DataError(f"query {t.qid!r}: pool field {name!r} must be a list of document ids, got {value!r}",
-                                f"{folder.path}/{_name(profile.turns, t.domain)}")  # fmt: skip
+                                f"{folder.path}/{config_name(profile.turns, t.domain)}")  # fmt: skip
             pools[t.qid] = value
     elif kind == "config":
         for s in data.subsets:
-            config = _name(name, s)
+            config = config_name(name, s)
             for line, row in enumerate(folder.checked_rows(config, data.split, {"query-id": str, "corpus-ids": list}),
                                        start=1):  # fmt: skip
                 if row["query-id"] in pools:

@@ -12,7 +12,7 @@ matches the ``qrels`` pattern (``all`` is never a subset: it merges the others).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
@@ -180,3 +180,20 @@ def profile_of(manifest: Mapping[str, Any], source: str | None = None) -> Evalua
     if profile is None:
         raise DataError(f"benchmark {manifest.get('benchmark')!r} declares no evaluation profile", source)
     return profile
+
+
+def config_name(pattern: str, subset: str) -> str:
+    """The config ``pattern`` names for ``subset`` (``{subset}`` replaced). A benchmark without subsets has
+    patterns without the placeholder and the one subset ``""``."""
+    return pattern.replace("{subset}", subset)
+
+
+def built_subsets(profile: EvaluationProfile, configs: Iterable[str]) -> list[str]:
+    """Subsets of a build, found from its qrels configs (``profile.qrels`` with ``{subset}``) among ``configs``,
+    in their order; the ``all`` aggregate is one of them where it was built. ``[""]`` for a benchmark without
+    subsets."""
+    if not profile.has_subsets:
+        return [""]
+    prefix, suffix = profile.qrels.split("{subset}")
+    return [c[len(prefix) : len(c) - len(suffix)] for c in configs
+            if c.startswith(prefix) and c.endswith(suffix) and len(c) > len(prefix) + len(suffix)]  # fmt: skip
