@@ -14,6 +14,7 @@ import importlib.util
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from convrag.errors import ConvragError
 from convrag.manifest import read_manifest
@@ -71,21 +72,29 @@ def _check_repo_id(repo_id: str) -> None:
 def push_folder(folder: str | os.PathLike, repo_id: str, private: bool = False, token: str | None = None) -> str:
     """Upload a folder written by ``convrag build`` to the Hub as dataset ``repo_id`` (created when missing);
     returns the commit URL. Token: the argument, else HF_TOKEN or the stored login."""
-    from huggingface_hub import HfApi, get_token
-
     path = Path(folder)
     if not path.is_dir():
         raise ConvragError(f"{path}: no such folder" if not path.exists() else f"{path}: not a folder")
     read_manifest(path)
+    return upload_folder(path, repo_id, "dataset", "Upload benchmark built with convrag", private=private,
+                         token=token)  # fmt: skip
+
+
+def upload_folder(path: Path, repo_id: str, repo_type: str, message: str, private: bool = False,
+                  token: str | None = None, ignore: list[str] | None = None, **create: Any) -> str:
+    """Upload ``path`` as one commit to repo ``repo_id`` of ``repo_type`` (created when missing, with the
+    ``create`` arguments of ``HfApi.create_repo``); the commit URL. Every failure is one ``ConvragError`` line."""
+    from huggingface_hub import HfApi, get_token
+
     _check_repo_id(repo_id)
     token = token or get_token()
     if not token:
         raise ConvragError(f"cannot push {path}: no Hugging Face token (set HF_TOKEN or run `hf auth login`)")
     api = HfApi(token=token)
     try:
-        api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
-        commit = api.upload_folder(folder_path=str(path), repo_id=repo_id, repo_type="dataset",
-                                   commit_message="Upload benchmark built with convrag")  # fmt: skip
+        api.create_repo(repo_id, repo_type=repo_type, private=private, exist_ok=True, **create)
+        commit = api.upload_folder(folder_path=str(path), repo_id=repo_id, repo_type=repo_type,
+                                   ignore_patterns=ignore, commit_message=message)  # fmt: skip
     except _failures() as err:
         raise ConvragError(f"cannot push {path} to {repo_id}: {_reason(err)}") from None
     return str(commit)

@@ -243,22 +243,10 @@ def assemble(metric: str, out: str | Path, overwrite: bool = False) -> SpaceRepo
 
 def push_space(folder: Path, repo_id: str, private: bool = False) -> str:
     """Upload a Space folder to the Hub as Space ``repo_id`` (created when missing, sdk gradio); the commit URL."""
-    from huggingface_hub import HfApi, get_token
+    from convrag.hub import upload_folder
 
-    from convrag.hub import _FAILURES, _check_repo_id, _reason
-
-    _check_repo_id(repo_id)
-    token = get_token()
-    if not token:
-        raise ConvragError(f"cannot push {folder}: no Hugging Face token (set HF_TOKEN or run `hf auth login`)")
-    api = HfApi(token=token)
-    try:
-        api.create_repo(repo_id, repo_type="space", space_sdk="gradio", private=private, exist_ok=True)
-        commit = api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="space",
-                                   ignore_patterns=[MARKER], commit_message="Upload Space assembled by convrag")
-    except _FAILURES as err:
-        raise ConvragError(f"cannot push {folder} to {repo_id}: {_reason(err)}") from None
-    return str(commit)
+    return upload_folder(folder, repo_id, "space", "Upload Space assembled by convrag", private=private,
+                         ignore=[MARKER], space_sdk="gradio")  # fmt: skip
 
 
 def cmd_space(args: argparse.Namespace) -> int:

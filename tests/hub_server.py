@@ -4,7 +4,8 @@ create a dataset repo and commit files to it, and those ``snapshot_download``, `
 
 Definitions kept by the server:
 
-- a repo is a folder ``<root>/<org>/<name>/files`` plus ``meta.json`` (``sha``: the latest commit, ``private``);
+- a repo is a folder ``<root>/<kind>/<org>/<name>/files`` (kind ``datasets`` or ``spaces``) plus ``meta.json``
+  (``sha``: the latest commit, ``private``, ``sdk`` of a Space);
 - a commit writes its files over the previous ones and sets ``sha`` to a new 40-hex id; only the latest commit is
   served (``main`` and that sha name it);
 - files are always committed inline ("regular" upload mode): no LFS or Xet storage;
@@ -40,6 +41,8 @@ from starlette.routing import Route
 TOKEN = "hf_convrag_test_token"
 _REPO_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _REPO = "{kind:str}/{org:str}/{name:str}"
+#: repo type in a create request -> its URL part
+KINDS = {"dataset": "datasets", "space": "spaces"}
 
 
 def git_blob_id(data: bytes) -> str:
@@ -86,15 +89,16 @@ def _authorized(request: Request) -> bool | None:
 def _resolve(request: Request, state: HubState) -> tuple[str, str, dict[str, Any]] | Response:
     """The repo a read request names, or the error response the Hub would give."""
     params = request.path_params
-    if params.get("kind", "datasets") != "datasets":
-        return _error(404, "RepoNotFound", "only dataset repos are served")
-    org, name = params["org"], params["name"]
+    kind = params.get("kind", "datasets")
+    if kind not in KINDS.values():
+        return _error(404, "RepoNotFound", "only dataset and Space repos are served")
+    org, name = f"{kind}/{params['org']}", params["name"]  # org: "<kind>/<org>", the repo's folder and URL prefix
     auth = _authorized(request)
     if auth is False:
         return _error(401, "InvalidCredentials", "Invalid credentials in Authorization header")
     meta = state.meta(org, name)
     if meta is None or (meta["private"] and not auth):
-        return _error(404, "RepoNotFound", f"Repository not found: {org}/{name}")
+        return _error(404, "RepoNotFound", f"Repository not found: {org.split('/', 1)[1]}/{name}")
     revision = params.get("revision", "main")
     if revision not in ("main", meta["sha"]):
         return _error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
@@ -120,20 +124,22 @@ def build_app(root: Path) -> Starlette:
         if not _authorized(request):
             return _error(401, "InvalidCredentials", "Invalid credentials in Authorization header")
         body = await request.json()
-        org, name = body.get("organization") or "user", body.get("name", "")
-        if body.get("type") != "dataset":
-            return _error(400, "BadRequest", "this test Hub serves dataset repos only")
-        if not (_REPO_PART.match(org) and _REPO_PART.match(name)):
-            return _error(400, "BadRequest", f"invalid repo name {org}/{name}")
-        url = f"{request.base_url}datasets/{org}/{name}"
+        owner, name = body.get("organization") or "user", body.get("name", "")
+        kind = KINDS.get(body.get("type"))
+        if kind is None:
+            return _error(400, "BadRequest", "this test Hub serves dataset and Space repos only")
+        if not (_REPO_PART.match(owner) and _REPO_PART.match(name)):
+            return _error(400, "BadRequest", f"invalid repo name {owner}/{name}")
+        org = f"{kind}/{owner}"
+        url = f"{request.base_url}{org}/{name}"
         with state.lock:
             if state.meta(org, name) is not None:  # the Hub names the existing repo in its refusal
-                return JSONResponse({"error": "You already created this dataset repo", "url": url}, 409)
+                return JSONResponse({"error": f"You already created this {body['type']} repo", "url": url}, 409)
             (state.repo(org, name) / "files").mkdir(parents=True)
             meta = {"sha": "0" * 40, "private": body.get("visibility") == "private", "title": "initial commit",
-                    "date": _now()}  # fmt: skip
+                    "date": _now(), "sdk": body.get("sdk")}  # fmt: skip
             (state.repo(org, name) / "meta.json").write_text(json.dumps(meta))
-        return JSONResponse({"url": url, "name": f"{org}/{name}", "id": f"{org}/{name}"})
+        return JSONResponse({"url": url, "name": f"{owner}/{name}", "id": f"{owner}/{name}"})
 
     async def validate_yaml(request: Request) -> Response:
         return JSONResponse({"errors": [], "warnings": []})
@@ -177,7 +183,7 @@ def build_app(root: Path) -> Starlette:
             sha = digest.hexdigest()
             meta.update(sha=sha, title=header["summary"], date=_now())
             (state.repo(org, name) / "meta.json").write_text(json.dumps(meta))
-        url = f"{request.base_url}datasets/{org}/{name}/commit/{sha}"
+        url = f"{request.base_url}{org}/{name}/commit/{sha}"
         return JSONResponse({"commitUrl": url, "commitOid": sha, "pullRequestUrl": None})
 
     async def repo_info(request: Request) -> Response:
@@ -188,7 +194,8 @@ def build_app(root: Path) -> Starlette:
         top = state.repo(org, name) / "files"
         siblings = [{"rfilename": p.relative_to(top).as_posix(), "size": p.stat().st_size}
                     for p in state.files(org, name)]  # fmt: skip
-        return JSONResponse({"id": f"{org}/{name}", "author": org, "sha": meta["sha"], "private": meta["private"],
+        owner = org.split("/", 1)[1]
+        return JSONResponse({"id": f"{owner}/{name}", "author": owner, "sha": meta["sha"], "private": meta["private"],
                              "lastModified": meta["date"], "createdAt": meta["date"], "disabled": False,
                              "gated": False, "tags": [], "downloads": 0, "likes": 0, "siblings": siblings})  # fmt: skip
 

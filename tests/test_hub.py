@@ -179,3 +179,29 @@ def test_commands_taking_a_folder_take_a_repo_id(tmp_path, capsys, monkeypatch, 
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(lines) == 1 and "convrag-test/not-cached is not in the Hugging Face cache" in lines[0], lines
     assert not (tmp_path / "r").exists() and not (tmp_path / "a.jsonl").exists()
+
+
+def test_embed_by_repo_id_encodes_the_pushed_corpus(pushed, client_env, tmp_path):
+    """`convrag embed org/name` downloads the snapshot and fills the cache; a second run reuses every vector."""
+    cache = tmp_path / "vectors"
+    first = _convrag(client_env, "embed", pushed, "--cache", cache, "--device", "cpu", "--no-progress")
+    assert first.returncode == 0, first.stderr
+    assert "encoded" in first.stdout and len(list(cache.glob("*/meta.json"))) == 1
+    again = _convrag(client_env, "embed", pushed, "--cache", cache, "--device", "cpu", "--no-progress")
+    assert again.returncode == 0 and "reused (disk)" in again.stdout and "(0 encoded" in again.stdout, again.stdout
+
+
+def test_space_push_uploads_the_assembled_folder(hub, client_env, tmp_path, monkeypatch):
+    """`convrag space retrieval --push` creates a gradio Space repo holding the assembled files (not the marker)."""
+    out = tmp_path / "space"
+    done = _convrag(client_env, "space", "retrieval", "--out", out, "--push", "convrag-test/retrieval-space")
+    assert done.returncode == 0, done.stderr
+    assert f"{hub}/spaces/convrag-test/retrieval-space/commit/" in done.stdout
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # this process lists the test Hub
+    api = huggingface_hub.HfApi(endpoint=hub, token=TOKEN)
+    files = set(api.list_repo_files("convrag-test/retrieval-space", repo_type="space"))
+    assert {"app.py", "README.md", "requirements.txt"} <= files and ".convrag-space.json" not in files
+    assert files == {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()} - {".convrag-space.json"}
+    no_token = _convrag(client_env, "space", "retrieval", "--out", tmp_path / "again", "--push", "convrag-test/x",
+                        HF_TOKEN="", HF_HOME=str(tmp_path / "empty-home"))  # fmt: skip
+    _one_line_error(no_token, "no Hugging Face token")
