@@ -85,6 +85,7 @@ class MTRBench(BenchmarkBuilder):
     BUILDER_CONFIGS = [MTRBenchConfig(name=v, view=v, description=f"MTR-Bench {v}") for v in VIEW_NAMES]
     DEFAULT_CONFIG_NAME = "queries"
     DEFAULT_WRITER_BATCH_SIZE = 1000  # rows per Arrow record batch while writing (corpus rows are ~1.7 kB)
+    WRITER_BATCH_SIZES = {"conversations": 50}  # a row: 12 turns, each with its 8 quoted passages
     EVALUATION = EvaluationProfile(
         turns="queries", qrels="qrels", corpus={"full": "corpus", "cluster": "cluster-corpus"}, reader="queries",
         pool="config:candidates", search="corpus", split="test",

@@ -106,6 +106,7 @@ class RECOR(BenchmarkBuilder):
         for d in DOMAIN_NAMES for v in VIEW_NAMES
     ]  # fmt: skip
     DEFAULT_CONFIG_NAME = "all-queries"
+    WRITER_BATCH_SIZES = {"conversations": 100}  # a conversation row holds every turn with its history and reasoning
 
     @classmethod
     def default_configs(cls, options: dict[str, Any] | None = None) -> list[str]:

@@ -185,9 +185,14 @@ class BenchmarkBuilder(datasets.GeneratorBasedBuilder):
     #: ``source_datasets``); ``size_categories`` and ``download_size`` are measured by the exporter
     HUB_METADATA: dict[str, Any] = {}
     DEFAULT_SOURCES: dict[str, str] = {}
+    #: rows per Arrow record batch for configs of a view whose rows are large (a conversation with every turn's
+    #: history): datasets' writer holds one batch in memory, and the Parquet export reads one at a time
+    WRITER_BATCH_SIZES: dict[str, int] = {}
 
     def __init__(self, *args: Any, source_cache: SourceCache | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if "writer_batch_size" not in kwargs:
+            self._writer_batch_size = self.WRITER_BATCH_SIZES.get(self.config.view, self._writer_batch_size)
         self.report = BuildReport()
         self.sources = source_cache if source_cache is not None else SourceCache()
 
