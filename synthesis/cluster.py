@@ -78,7 +78,7 @@ class Cluster(Stage):
         self.after_curate = False
 
     def params(self) -> dict[str, Any]:
-        from convrag.retrievers.dense import default_model_path
+        from convrag.retrievers.encoders import default_model_path
 
         model = self.model or Path(default_model_path()).name
         return {"source": self.source, "corpus_config": self.corpus_config, "model": model,
@@ -130,7 +130,7 @@ class Cluster(Stage):
 
     def _embed(self, ctx: StageContext, ids: list[str]) -> np.ndarray:
         """Embeddings of every document, block by block; a block already on disk is read, not recomputed."""
-        from convrag.retrievers.dense import default_model_path, load_model
+        from convrag.retrievers.encoders import default_model_path, load_model
 
         folder = ctx.folder / "embeddings"
         folder.mkdir(exist_ok=True)

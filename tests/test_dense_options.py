@@ -14,7 +14,8 @@ from convrag.retrievers import (
     get_retriever,
     minmax_normalize,
 )
-from convrag.retrievers.dense import _EMBEDDINGS, default_model_path, load_model, pooling_mode
+from convrag.retrievers.dense import _EMBEDDINGS
+from convrag.retrievers.encoders import default_model_path, load_model, pooling_mode
 
 PARIS = [
     "User: When was the Eiffel Tower in Paris built and who designed its wrought-iron lattice?",

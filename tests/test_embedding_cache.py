@@ -14,7 +14,8 @@ from convrag.cli import main
 from convrag.embed import CacheWarning, EmbeddingStore, model_identity, resolve_device
 from convrag.errors import ConvragError
 from convrag.retrievers import DenseRetriever
-from convrag.retrievers.dense import _EMBEDDINGS, default_model_path
+from convrag.retrievers.dense import _EMBEDDINGS
+from convrag.retrievers.encoders import default_model_path
 
 from .conftest import DATA
 

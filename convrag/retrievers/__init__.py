@@ -7,7 +7,8 @@ returns ``{query_id: {doc_id: score}}`` in rank order (see ``convrag.retrievers.
 """
 
 from convrag.retrievers.base import Retriever, Run, ranked_order
-from convrag.retrievers.dense import DenseRetriever, default_model_path
+from convrag.retrievers.dense import DenseRetriever
+from convrag.retrievers.encoders import default_model_path
 from convrag.retrievers.fusion import HybridRetriever, RRFRetriever, minmax_normalize
 from convrag.retrievers.lexical import BM25Retriever, BM25SRetriever, whitespace_tokenize
 from convrag.retrievers.random_retriever import RandomRetriever
