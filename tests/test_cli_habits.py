@@ -112,9 +112,9 @@ def _refuse_work(monkeypatch: pytest.MonkeyPatch) -> None:
     import convrag.evaluation.engine as engine
     import convrag.generate.command as generate
     import convrag.llm as llm
-    import convrag.retrievers.dense as dense
+    import convrag.retrievers.encoders as encoders
 
-    for module, name in ((engine, "load_benchmark"), (engine, "get_retriever"), (dense, "load_model"),
+    for module, name in ((engine, "load_benchmark"), (engine, "get_retriever"), (encoders, "load_model"),
                          (llm, "get_llm"), (generate, "make_llm")):  # fmt: skip
         monkeypatch.setattr(module, name, forbidden)
 
