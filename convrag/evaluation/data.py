@@ -86,8 +86,9 @@ class Folder:
     def splits(self, config: str) -> list[str]:
         return list(self.files.get(config, {}))
 
-    def _tables(self, config: str, split: str, columns: list[str] | None = None) -> list[tuple[str, pa.Table]]:
-        """(file, table) of every Parquet file of ``config`` / ``split`` (``columns``: only those), in order."""
+    def _paths(self, config: str, split: str) -> list[str]:
+        """The Parquet files of ``config`` / ``split``, in order; an unbuilt config or split, or no file, is an
+        error."""
         if config not in self.files:
             raise DataError(f"config {config!r} was not built (has {sorted(self.files)})", str(self.path))
         if split not in self.files[config]:
@@ -97,6 +98,11 @@ class Folder:
             wanted = ", ".join(self.patterns.get((config, split), []))
             raise DataError(f"config {config!r} split {split!r}: no data file matches {wanted} (deleted?)",
                             str(self.path))  # fmt: skip
+        return paths
+
+    def _tables(self, config: str, split: str, columns: list[str] | None = None) -> list[tuple[str, pa.Table]]:
+        """(file, table) of every Parquet file of ``config`` / ``split`` (``columns``: only those), in order."""
+        paths = self._paths(config, split)
         out = []
         for path in paths:
             try:
@@ -117,8 +123,8 @@ class Folder:
         a non-string value is the ``DataError`` of :meth:`checked_rows`."""
         kept = columns[:keep]
         unread = [c for c in columns[len(kept):] if c not in kept]
-        self._tables(config, split, [])  # the config / split / file checks, before any metadata is read
-        unread = [c for c in unread if not all(_clean_text(path, c) for path in self.files[config][split])]
+        paths = self._paths(config, split)
+        unread = [c for c in unread if not all(_clean_text(path, c) for path in paths)]
         tables = self._tables(config, split, kept + unread)
         if not all(c in t.column_names and _is_text(t.schema.field(c).type) and not t.column(c).null_count
                    for _, t in tables for c in kept + unread):  # fmt: skip

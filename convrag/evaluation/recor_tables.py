@@ -121,7 +121,6 @@ def paired_rows(per_turn: Mapping[str, Mapping[str, PerTurn]], turns: Mapping[st
         return []
     from scipy import stats as sps  # imported only when there is a pair: most of a second of start-up
 
-
     rows = []
     for a, b in pairs:
         for scope in ["all", *per_turn]:

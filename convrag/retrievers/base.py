@@ -75,7 +75,7 @@ class Retriever(ABC):
     def __init__(self, *, use_title: bool = True, show_progress: bool = True) -> None:
         self.use_title = use_title
         self.show_progress = show_progress
-        Retriever._forget(self)  # the base fields only: a subclass's own are set by its __init__
+        self._forget()  # the index fields, empty (subclasses' own too: their _forget sets only those)
 
     def _forget(self) -> None:
         """Drop the index: documents, texts and whatever ``_fit`` built (subclasses extend this). ``index`` calls it

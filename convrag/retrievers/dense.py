@@ -141,7 +141,6 @@ class DenseRetriever(Retriever):
         self._entry: str | None = None
         self._shard: tuple[int, int] | None = None
         self.encoded_documents = 0  #: documents the last ``index`` / ``encode_shard`` encoded (0: none)
-        self._forget()
 
     def _forget(self) -> None:
         super()._forget()

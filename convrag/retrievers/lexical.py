@@ -88,7 +88,6 @@ class BM25Retriever(Retriever):
         self.k1, self.b, self.epsilon = float(k1), float(b), float(epsilon)
         self.pool_stats = _check_pool_stats(pool_stats)
         self.tokenizer = tokenizer
-        self._forget()
 
     def _forget(self) -> None:
         super()._forget()
@@ -239,7 +238,6 @@ class BM25SRetriever(Retriever):
         self.pool_stats = _check_pool_stats(pool_stats)
         self.tokenizer = tokenizer
         self.stopwords, self.stemmer = stopwords, stemmer
-        self._forget()
 
     def _forget(self) -> None:
         super()._forget()

@@ -45,7 +45,6 @@ class RandomRetriever(Retriever):
     def __init__(self, seed: int = 0, **options: Any) -> None:
         super().__init__(**options)
         self.seed = int(seed)
-        self._forget()
 
     def _forget(self) -> None:
         super()._forget()
