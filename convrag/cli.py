@@ -21,7 +21,7 @@ from convrag.arguments import (
 )
 from convrag.embed import add_parser as add_embed_parser
 from convrag.embed import resolve_device
-from convrag.errors import ConvragError
+from convrag.errors import ConvragError, EmptyResult
 from convrag.generate.command import add_parser as add_generate_parser
 from convrag.spaces import add_parser as add_space_parser
 
@@ -569,6 +569,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return int(args.func(args) or 0)
+    except EmptyResult as err:  # the run worked through its input but produced nothing usable
+        print(f"convrag {args.command}: failed: {err}", file=sys.stderr)
+        return 1
     except (ConvragError, RetrievalInputError) as err:
         print(f"convrag {args.command}: error: {err}", file=sys.stderr)
         return 2

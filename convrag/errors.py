@@ -20,3 +20,9 @@ class DataError(ConvragError, ValueError):
         if source is not None:
             where = f"{source}:{line}: " if line is not None else f"{source}: "
         super().__init__(f"{where}{message}")
+
+
+class EmptyResult(ConvragError):
+    """A run ended with no usable value where one was required (no verdict, no answer, no turn, no
+    conversation). The CLI prints its one-line message and exits 1; partial output is kept and marked
+    incomplete by the command that raises it."""

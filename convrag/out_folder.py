@@ -9,10 +9,11 @@ beside it); leftovers of a killed build are cleaned, or the previous ``<out>`` p
 from __future__ import annotations
 
 import glob
+import json
 import os
 import secrets
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -145,3 +146,61 @@ def _clean_leftovers(target: Path) -> None:
             os.rename(entry, target)
         else:
             shutil.rmtree(entry)
+
+
+OWNER_MARKER = ".convrag-out.json"  # written into every results folder a command owns
+
+
+def _resolved(paths: Iterable[str | os.PathLike[str] | None]) -> list[Path]:
+    out = []
+    for p in paths:
+        if p is None or is_url(str(p)):
+            continue
+        path = Path(p).expanduser()
+        if path.exists():
+            out.append(path.resolve())
+    return out
+
+
+def check_not_input(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None], *,
+                    what: str = "--out") -> Path:
+    """Refuse an ``out`` (file or folder) that is one of the ``inputs`` or contains one; returns it resolved.
+
+    Writing there would replace or mix with what the command reads. ``inputs`` may hold files, folders, None and
+    URLs (the last two are ignored)."""
+    target = Path(out).expanduser().resolve()
+    for path in _resolved(inputs):
+        if path == target:
+            raise ConvragError(f"{out}: {what} is an input of this command ({path}); write somewhere else")
+        if target in path.parents:
+            raise ConvragError(f"{out}: {what} contains the input {path}; write somewhere else")
+    return target
+
+
+def claim_out(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None], command: str) -> Path:
+    """Make ``out`` a results folder owned by ``convrag COMMAND`` and return it (resolved).
+
+    Refused (one-line :class:`ConvragError`, nothing written): ``out`` is a file; it is an input or contains one
+    (:func:`check_not_input`); it exists, is not empty and holds no :data:`OWNER_MARKER` of the same command
+    (a user's own folder, or another command's results). A new or empty folder is created and marked; a folder
+    the same command wrote before is reused (its files are replaced one by one)."""
+    path = Path(out).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ConvragError(f"{out}: --out names an existing file, not a folder")
+    target = check_not_input(path, inputs)
+    marker = target / OWNER_MARKER
+    if target.is_dir() and any(target.iterdir()):
+        owner = None
+        if marker.is_file():
+            try:
+                owner = json.loads(marker.read_text(encoding="utf-8")).get("command")
+            except (OSError, ValueError, AttributeError):
+                owner = None
+        if owner != command:
+            held = f"it holds `convrag {owner}` results" if owner else f"it has no {OWNER_MARKER}"
+            raise ConvragError(f"{out}: --out is not empty and is not a results folder of `convrag {command}` "
+                               f"({held}): not writing into it; choose a new or empty folder")
+        return target
+    target.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps({"command": command}) + "\n", encoding="utf-8")
+    return target

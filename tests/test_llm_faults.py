@@ -10,7 +10,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -30,11 +30,14 @@ GOOD = '{"answer": "Paris", "confidence": 0.9}'
 
 class FakeServer:
     """Replies follow ``script`` (one action per request), then ``ok``. Actions: ``ok``, ``429``, ``500``,
-    ``503``, ``401``, ``sleep``, ``badbody``, ``html``, ``content:<text>``, ``reject_json_schema``."""
+    ``503``, ``401``, ``sleep``, ``badbody``, ``html``, ``content:<text>``, ``reject_json_schema``,
+    ``reject_response_format`` (400 to any request with a ``response_format``), ``empty_choices``.
+    ``responder(body)``, when set, writes the content of every ``ok`` reply from the request body."""
 
     def __init__(self) -> None:
         self.script: list[str] = []
         self.requests: list[dict] = []
+        self.responder: Callable[[dict], str] | None = None
         self.lock = threading.Lock()
         server = self
 
@@ -50,6 +53,11 @@ class FakeServer:
                 if action == "reject_json_schema":
                     rf = body.get("response_format") or {}
                     action = "400" if rf.get("type") == "json_schema" else "ok"
+                if action == "reject_response_format":
+                    action = "400" if body.get("response_format") else "ok"
+                if action == "empty_choices":
+                    return self._send(200, json.dumps({"id": "c1", "object": "chat.completion", "created": 0,
+                                                       "model": body["model"], "choices": []}))
                 if action in ("429", "500", "503", "401", "400"):
                     return self._send(int(action), json.dumps({"error": {"message": f"injected {action}"}}))
                 if action == "sleep":
@@ -59,7 +67,12 @@ class FakeServer:
                     return self._send(200, '{"id": "x", "choices": [{"message": ')
                 if action == "html":
                     return self._send(200, "<html>gateway hiccup</html>", "text/html")
-                content = action[len("content:"):] if action.startswith("content:") else GOOD
+                if action.startswith("content:"):
+                    content = action[len("content:"):]
+                elif server.responder is not None:
+                    content = server.responder(body)
+                else:
+                    content = GOOD
                 return self._send(200, json.dumps({
                     "id": "c1", "object": "chat.completion", "created": 0, "model": body["model"],
                     "choices": [{"index": 0, "finish_reason": "stop",
