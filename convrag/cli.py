@@ -101,7 +101,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     Every argument, run and submission is checked before any retriever runs, and nothing is written on an error.
     """
     from convrag.evaluation.profile import profile_of
-    from convrag.evaluation.report import evaluate_folder, render, write_outputs
+    from convrag.evaluation.report import claimed_out, evaluate_folder, render, write_outputs
     from convrag.hub import resolve_folder
     from convrag.manifest import read_manifest
     from convrag.progress import datasets_bars, wanted
@@ -133,20 +133,23 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     encoder = {"device": resolve_device(args.device), "batch_size": args.batch_size, "cache_dir": args.embeddings_cache}
     dense_options.update({k: v for k, v in encoder.items() if v is not None})
     progress = wanted(args.no_progress)
-    with progress_scope(manifest["benchmark"]), datasets_bars(progress):
-        results, scored = evaluate_folder(
-            args.folder, profile,
-            external_runs=name_value_pairs(args.run, "--run"),
-            submissions=name_value_pairs(args.submission, "--submission"),
-            n_bootstrap=args.bootstrap, seed=args.seed,
-            retrievers=retrievers, strategies=_split_list(strategies) if strategies is not None else None,
-            measures=_split_list(args.measures) if args.measures else None, split=args.split, corpus=args.corpus,
-            search=args.search, llm=args.llm, on_rewrite_failure="baseline" if args.rewrite_fallback else "error",
-            retriever_options=_dense_options(retrievers, args.dense_model, dense_options),
-            top_k=args.top_k, progress=progress,
-        )  # fmt: skip
-    results = {"benchmark": manifest["benchmark"], "build_options": manifest.get("options", {}), **results}
-    write_outputs(results, scored, args.out, digits=args.digits)
+    external_runs = name_value_pairs(args.run, "--run")
+    submissions = name_value_pairs(args.submission, "--submission")
+    inputs = [args.folder, *external_runs.values(), *submissions.values(), args.dense_model]
+    with claimed_out(args.out, inputs, "evaluate") as out:  # never a user's own folder, never over an input
+        with progress_scope(manifest["benchmark"]), datasets_bars(progress):
+            results, scored = evaluate_folder(
+                args.folder, profile, external_runs=external_runs, submissions=submissions,
+                n_bootstrap=args.bootstrap, seed=args.seed,
+                retrievers=retrievers, strategies=_split_list(strategies) if strategies is not None else None,
+                measures=_split_list(args.measures) if args.measures else None, split=args.split,
+                corpus=args.corpus, search=args.search, llm=args.llm,
+                on_rewrite_failure="baseline" if args.rewrite_fallback else "error",
+                retriever_options=_dense_options(retrievers, args.dense_model, dense_options),
+                top_k=args.top_k, progress=progress,
+            )  # fmt: skip
+        results = {"benchmark": manifest["benchmark"], "build_options": manifest.get("options", {}), **results}
+        write_outputs(results, scored, out, digits=args.digits)
     print(render(results, profile, digits=args.digits))
     print(f"Wrote {Path(args.out) / 'results.json'}, results.md and runs/ (TREC run files)")
     warnings = [results["llm"]["note"]] if results.get("llm") and results["llm"]["placeholder"] else []
@@ -180,10 +183,12 @@ def _dense_options(retrievers: list[str], model: str | None, options: dict[str, 
 
 def cmd_evaluate_generation(args: argparse.Namespace) -> int:
     """Score generated answers (MTRAGEval Subtasks B/C): IDK-conditioned RB_alg, RB_llm, RL_F. The judge is chosen
-    explicitly (``--judge`` or ``$CONVRAG_LLM``); nothing is written unless scoring succeeds."""
+    explicitly (``--judge`` or ``$CONVRAG_LLM``); nothing is written unless scoring succeeds, and only into a
+    results folder of this command that holds no input (:func:`convrag.evaluation.report.claimed_out`)."""
     import os
 
     from convrag.evaluation.generation import evaluate_generation, read_built_tasks, render_tables, write_outputs
+    from convrag.evaluation.report import claimed_out
     from convrag.hub import names_hub_repo, resolve_folder
     from convrag.llm.spec import PLACEHOLDER_WARNING, REAL_MODEL_HINT, SPEC_ENV, is_placeholder
     from convrag.metrics.generation.components import BertScorer
@@ -210,31 +215,35 @@ def cmd_evaluate_generation(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ConvragError(f"--out {out}: exists and is not a folder")
-    if source.is_dir() and _generation_scheme(source) == "judge":  # RECOR / MTR-Bench: five-dimension judge
-        from convrag.evaluation.recor_generation import run_command
+    inputs = [args.source, *(args.predictions or []), args.run, args.bertscore_model,
+              *(v.split("=", 1)[-1] for v in args.prompt or [])]
+    with claimed_out(out, inputs, "evaluate-generation"):
+        if source.is_dir() and _generation_scheme(source) == "judge":  # RECOR / MTR-Bench: five-dimension judge
+            from convrag.evaluation.recor_generation import run_command
 
-        return run_command(args, judges)
-    if args.predictions and len(args.predictions) > 1:
-        raise ConvragError("a built MTRAG / MTRAG-UN folder takes exactly one --predictions file")
-    if source.is_file():
-        if args.predictions:
-            raise ConvragError("a responses .jsonl already holds the predictions; --predictions is for a built folder")
-        tasks = read_responses(str(source))
-    elif source.is_dir():
-        if not args.predictions:
-            raise ConvragError("--predictions FILE is required with a built MTRAG / MTRAG-UN folder")
-        tasks = read_built_tasks(source, args.predictions[0], args.config, args.split, args.allow_missing)
-    else:
-        raise ConvragError(f"{source}: no such file or folder")
-    scorer = BertScorer(model=args.bertscore_model, num_layers=args.bertscore_layers,
-                        rescale_with_baseline=args.rescale)  # fmt: skip
-    result = evaluate_generation(
-        tasks, judge=judges[0] if len(judges) == 1 else judges, bertscore_model=scorer, mode=args.mode,
-        conditioning=args.conditioning, prompts=name_value_pairs(args.prompt, "--prompt") or None,
-        metrics=tuple(metrics), n_bootstrap=args.bootstrap, seed=args.seed,
-        progress=wanted(args.no_progress),
-    )  # fmt: skip
-    write_outputs(result, out)
+            return run_command(args, judges)
+        if args.predictions and len(args.predictions) > 1:
+            raise ConvragError("a built MTRAG / MTRAG-UN folder takes exactly one --predictions file")
+        if source.is_file():
+            if args.predictions:
+                raise ConvragError("a responses .jsonl already holds the predictions; --predictions is for a built "
+                                   "folder")  # fmt: skip
+            tasks = read_responses(str(source))
+        elif source.is_dir():
+            if not args.predictions:
+                raise ConvragError("--predictions FILE is required with a built MTRAG / MTRAG-UN folder")
+            tasks = read_built_tasks(source, args.predictions[0], args.config, args.split, args.allow_missing)
+        else:
+            raise ConvragError(f"{source}: no such file or folder")
+        scorer = BertScorer(model=args.bertscore_model, num_layers=args.bertscore_layers,
+                            rescale_with_baseline=args.rescale)  # fmt: skip
+        result = evaluate_generation(
+            tasks, judge=judges[0] if len(judges) == 1 else judges, bertscore_model=scorer, mode=args.mode,
+            conditioning=args.conditioning, prompts=name_value_pairs(args.prompt, "--prompt") or None,
+            metrics=tuple(metrics), n_bootstrap=args.bootstrap, seed=args.seed,
+            progress=wanted(args.no_progress),
+        )  # fmt: skip
+        write_outputs(result, out)
     print(render_tables(result, digits=args.digits))
     print(f"Wrote {out}/per_task.jsonl, results.json and results.md")
     if any(is_placeholder(j) for j in judges):
@@ -259,6 +268,7 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     from convrag.llm.spec import PLACEHOLDER_MODEL, REAL_MODEL_HINT, is_placeholder
     from convrag.progress import wanted
     from convrag.synthesis.engine import format_estimates, format_reports
+    from convrag.synthesis.run_folder import check_run_folder, claim_run_folder, option_paths
 
     options = parse_options(args.option, "--option")
     if args.pipeline == "recor":
@@ -289,12 +299,17 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
                  if stage in stages and is_placeholder(options.get(r))]
         build_hint = f"Build it: convrag build mtr-bench --source {args.out}/assemble --out BUILT"
     progress = wanted(args.no_progress)
+    # the run's inputs (an error naming a missing one) never become its output; --dry-run only checks
+    inputs = [args.corpus, args.input, *option_paths(options), *pipeline.input_files()]
+    folder = (f"synthesize {args.pipeline}", pipeline.name, [args.corpus])
     if args.dry_run:
+        check_run_folder(args.out, inputs, *folder)
         print(f"Dry run of {pipeline.name} ({', '.join(s.name for s in pipeline.stages)}): nothing is written.")
         print(format_estimates(pipeline.estimate(args.out)))
         return 0
+    claim_run_folder(args.out, inputs, *folder)
     redo = [s.strip() for s in (args.redo or "").split(",") if s.strip()]
-    reports = pipeline.run(args.out, redo=redo, progress=progress,
+    reports = pipeline.run(args.out, redo=redo, progress=progress, on_note=lambda line: print(line, flush=True),
                            on_stage=lambda r: print(format_reports([r]), flush=True))
     print(f"Wrote {args.out} ({', '.join(r.stage for r in reports)}); parameters in {args.out}/<stage>/params.json")
     if stages[-1] in ("assemble", "release"):

@@ -83,9 +83,11 @@ def late_turn(audit_set):
     ("**Justification:** The passage gives the eruption year directly.\n\n**Rating:** 5", 5),
     ("The document names the river but not its length.\nRating: 3", 3),
     ("**Rating**: 2\n\nOn reflection the table does list the figure.\n**Rating:** 4", 4),  # last one wins
-    ("A score of 1 would be too harsh; the text covers 2 of the 3 parts.\nRating: 7", 3),  # 7 out of range
+    # the last labelled rating is out of range: no verdict (the authors' rule would read the 3 of "the 3 parts")
+    ("A score of 1 would be too harsh; the text covers 2 of the 3 parts.\nRating: 7", None),
     ("My rating 1 stands: nothing in the passage is on topic.", 1),  # a label without colon
-    ("I would put this at 4 out of 5 since a detail is missing.", 5),  # the rule reads the LAST number in range
+    ("I would put this at 4 out of 5 since a detail is missing.", 4),  # the 5 is the scale, never the rating
+    ("Score: 4/5", 4),
     ("Rating: 7", None),
     ("Rating: 10", None),
     ("The passage is about something else entirely, so it cannot be used.", None),

@@ -276,6 +276,6 @@ class LLMRelevanceJudge(RelevanceJudge):
     def verdict(self, item: AuditItem, doc: AuditDoc, dimension: str = POOLED) -> Verdict:
         grade, rationale, raw, error = judge_call(self.llm, self.messages(item, doc), GradedRelevance, parse_grade,
                                                   params=self.params)
-        if raw and not self.llm.backend.supports_schema:
+        if raw and self.llm.free_text:
             rationale = reply_rationale(raw)
         return relevance_verdict(item, doc, self.name, dimension, grade, rationale, raw, error)

@@ -270,7 +270,7 @@ def judge_conversation(llm: LLM, conversation_items: Sequence[AuditItem], audit_
     key, items = next(iter(grouped.items()))
     fields, extra = conversation_fields(items, audit_set)
     dims = tuple(fields["dimensions"])
-    free_text = not llm.backend.supports_schema
+    free_text = llm.free_text
     messages = load_prompt("audit_conversation_quality").render(
         **fields, free_text=free_text, answer_chars=ANSWER_CHARS, document_chars=DOCUMENT_CHARS)
     value, rationale, raw, error = judge_call(llm, messages, scores_model(dims), lambda t: read_scores(t, dims),
@@ -333,7 +333,7 @@ def judge_turn(llm: LLM, kind: str, item: AuditItem) -> Verdict:
     if kind == "dependency" and not item.history:
         return Verdict(item.item_id, llm.spec, dimension, None, FIRST_TURN_LABEL,
                        "first turn: there are no earlier turns to depend on", "", None, {**extra, "rule": "first turn"})
-    free_text = not llm.backend.supports_schema
+    free_text = llm.free_text
     fields: dict[str, Any] = {"query": item.query, "free_text": free_text}
     if kind == "dependency":
         fields["history"] = [(role, _cut(text, ANSWER_CHARS)[0] if role == "assistant" else text)

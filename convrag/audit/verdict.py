@@ -1,8 +1,9 @@
 """The verdict record every audit judge call ends as, and the shared ways of reading a judge's reply.
 
 A judge replies either through structured output (a JSON object with a ``rationale`` field first, then the
-verdict field) when its backend supports constrained decoding, or in free text that ends with a verdict line,
-read by :func:`parse_rating` (1-5 style scales) or :func:`parse_choice` (a numbered document). A reply from
+verdict field) when its backend constrains replies right now (``LLM.free_text`` False), or in free text that ends
+with a verdict line, as its prompt asks when nothing is enforced (``response_format=none``, a server that rejected
+every format, a local model without grammars), read by :func:`parse_rating` (1-5 style scales) or :func:`parse_choice` (a numbered document). A reply from
 which no verdict can be read is kept with ``score=None`` and the reason in ``error``; it is never given a
 default score, and aggregates leave it out of their means and count it.
 """
@@ -43,23 +44,28 @@ class Verdict:
         return asdict(self)
 
 
-#: an optionally bold "Rating" label, an optional colon, then the number: "**Rating:** 4", "Rating: 4", "**Rating**: 4"
-_RATING = re.compile(r"\**\s*\brating\s*\**\s*:?\s*\**\s*(\d+)(?!\d)", re.I)
-#: a number standing alone: not part of a longer number or of a decimal ("3.5", "2024")
-_NUMBER = re.compile(r"(?<![\d.])(\d+)(?!\d|\.\d)")
+#: an optionally bold "Rating" (or "Score" / "Grade") label, an optional colon, then the number: "**Rating:** 4",
+#: "Rating: 4", "**Rating**: 4", "Score: 4/5"
+_RATING = re.compile(r"\**\s*\b(?:rating|score|grade)\s*\**\s*:?\s*\**\s*(\d+)(?!\d|\.\d)", re.I)
+#: a number standing alone: not part of a longer number or of a decimal ("3.5", "2024"), and not the scale after a
+#: slash or "out of" ("4/5", "4 out of 5": the 5 is the scale, not a rating)
+_NUMBER = re.compile(r"(?<![\d./])(?<!out of )(\d+)(?!\d|\.\d)", re.I)
 #: a bracketed document number at the very end (trailing spaces, bold stars or a full stop allowed)
 _CHOICE = re.compile(r"\[(\d+)\][\s*.]*$")
 #: a line that states the verdict ("**Rating:** 4", "Document ID: [3]"), cut off to leave the rationale
-_VERDICT_LINE = re.compile(r"^[ \t>*_#-]*(?:rating|document(?: id)?)\s*\**\s*:", re.I | re.M)
+_VERDICT_LINE = re.compile(r"^[ \t>*_#-]*(?:rating|score|grade|document(?: id)?)\s*\**\s*:", re.I | re.M)
 _JUSTIFICATION = re.compile(r"^\s*\**\s*(?:justification|rationale)\s*\**\s*:?\s*\**\s*", re.I)
 
 
 def parse_rating(text: str, low: int = 1, high: int = 5) -> int | None:
-    """The rating in a free-text reply: the last "Rating" label (optionally bold, optional colon) followed by an
-    integer in ``[low, high]``; else the last standalone integer in range anywhere in the text; else None."""
-    labelled = [int(m.group(1)) for m in _RATING.finditer(text) if low <= int(m.group(1)) <= high]
+    """The rating in a free-text reply: the last "Rating" label (optionally bold, optional colon; "Score" and
+    "Grade" too) followed by an integer in ``[low, high]``; else the last standalone integer in range anywhere in the
+    text; else None. The MTR-Eval authors' rule, with two exceptions where it misreads: a last labelled rating out
+    of range ("**Rating:** 9") is no verdict (theirs falls through to any digit in the reasoning), and the scale of
+    "4/5" or "4 out of 5" is never taken for the rating (their last-digit rule reads "Score: 4/5" as 5)."""
+    labelled = [int(m.group(1)) for m in _RATING.finditer(text)]
     if labelled:
-        return labelled[-1]
+        return labelled[-1] if low <= labelled[-1] <= high else None
     loose = [int(m.group(1)) for m in _NUMBER.finditer(text) if low <= int(m.group(1)) <= high]
     return loose[-1] if loose else None
 
@@ -99,29 +105,32 @@ def judge_call(llm: LLM, messages: list[Message], schema: type[BaseModel],
                params: SamplingParams | None = None) -> tuple[Any | None, str, str, str | None]:
     """Ask a judge and read its verdict: ``(value, rationale, raw reply, error)``.
 
-    Structured output against ``schema`` (a pydantic model: ``rationale`` then the verdict field) when the
-    backend supports constrained decoding; else a free-text reply read by ``fallback_parse`` (None: no verdict).
-    ``value`` is None exactly when ``error`` is set: ``"unparseable: ..."`` (the judge answered, nothing could be
-    read) or ``"call failed: ..."`` (no answer after retries). :class:`EndpointUnreachable` propagates: a dead
-    endpoint is fatal for the run, not a per-item failure.
+    Where the backend constrains structured replies (``not llm.free_text``), structured output against ``schema``
+    (a pydantic model: ``rationale`` then the verdict field), and a reply that holds no JSON is still read with
+    ``fallback_parse`` (a server that ignored the requested format). Where nothing is enforced, the prompt's own
+    free-text format, read by ``fallback_parse`` from one reply (None: no verdict). ``value`` is None exactly when
+    ``error`` is set: ``"unparseable: ..."`` (the judge answered, nothing could be read) or ``"call failed: ..."``
+    (no answer after retries).
+    :class:`EndpointUnreachable` propagates: a dead endpoint is fatal for the run, not a per-item failure.
     """
-    if llm.backend.supports_schema:
-        try:
-            parsed = llm.structured(messages, schema, params)
-        except EndpointUnreachable:
-            raise
-        except UnparsableReply as exc:
-            return None, "", exc.last_text or "", f"unparseable: {exc}"
-        except LLMFailure as exc:
-            return None, "", "", f"call failed: {exc}"
-        return getattr(parsed.value, _verdict_field(schema)), parsed.value.rationale.strip(), parsed.text, None
+    field = _verdict_field(schema)
+
+    def candidate(text: str) -> dict[str, Any] | None:
+        value = fallback_parse(text)
+        return None if value is None else {"rationale": free_text_rationale(text), field: value}
+
     try:
-        text = llm.chat(messages, params).text
+        if llm.free_text:  # one reply, read as the authors read it: a re-ask would change what the judge saw
+            read = llm.read(messages, fallback_parse, params, attempts=1)
+            return read.value, free_text_rationale(read.text), read.text, None
+        parsed = llm.structured(messages, schema, params, fallback=candidate)
     except EndpointUnreachable:
         raise
+    except UnparsableReply as exc:
+        text = exc.last_text or ""
+        if llm.free_text:
+            return None, free_text_rationale(text), text, f"unparseable: no verdict line in the reply: {text[-200:]!r}"
+        return None, "", text, f"unparseable: {exc}"
     except LLMFailure as exc:
         return None, "", "", f"call failed: {exc}"
-    value = fallback_parse(text)
-    if value is None:
-        return None, free_text_rationale(text), text, f"unparseable: no verdict line in the reply: {text[-200:]!r}"
-    return value, free_text_rationale(text), text, None
+    return getattr(parsed.value, field), parsed.value.rationale.strip(), parsed.text, None

@@ -69,6 +69,18 @@ def _with_instruction(messages: list[Message], instruction: str) -> list[Message
     return [*out, {"role": "user", "content": instruction}]
 
 
+def _read(text: str, schema: Schema, fallback: Callable[[str], Any | None] | None) -> tuple[Any, list[str]]:
+    """The JSON reading of a structured reply; when it fails and ``fallback`` reads a candidate from the text,
+    that candidate validated against ``schema`` (repair ``free_text``)."""
+    try:
+        return parse_structured(text, schema)
+    except ParseError:
+        candidate = fallback(text) if fallback is not None else None
+        if candidate is None:
+            raise
+    return validate(candidate, schema), ["free_text"]
+
+
 class LLM:
     """One configured model. Thread-safe; share it across a run.
 
@@ -166,6 +178,8 @@ class LLM:
                 attempts = retry + immediate + 1
                 if exc.retryable and exc.immediate and immediate < BackendError.MAX_IMMEDIATE:
                     immediate += 1
+                    if exc.kind == "rejected":
+                        self.report.count("response_format_fallbacks")
                     continue
                 suspect = exc.kind in ENDPOINT_ERRORS and self._suspect()
                 if exc.retryable and retry < self.retry.max_retries and not suspect:
@@ -200,6 +214,14 @@ class LLM:
         return _with_instruction(messages, instruction), schema_dict
 
     # -- public API --------------------------------------------------------------------------------------
+    @property
+    def free_text(self) -> bool:
+        """True when nothing constrains a structured reply right now (a backend without schema support, or an
+        OpenAI-compatible server with ``response_format=none`` or that rejected every format): prompts that have
+        a format of their own (a closing rating line, a label line) then ask for it and are read with their
+        free-text reader; prompts without one ask for JSON and are read with repairs."""
+        return not (self.backend.supports_schema and self.backend.enforces_schema)
+
     def request_messages(self, messages: list[Message], schema: Schema | None = None) -> list[Message]:
         """The conversation :meth:`chat` (``schema`` None) or :meth:`structured` sends for ``messages``: with a
         schema, the schema instruction added. What cost estimates count."""
@@ -253,13 +275,16 @@ class LLM:
 
     def structured(self, messages: list[Message], schema: Schema, params: SamplingParams | None = None, *,
                    attempts: int | None = None, check: Callable[[Any], str | None] | None = None,
-                   use_cache: bool = True, **overrides: Any) -> Parsed[Any]:
+                   use_cache: bool = True, fallback: Callable[[str], Any | None] | None = None,
+                   **overrides: Any) -> Parsed[Any]:
         """A reply parsed and validated against ``schema`` (pydantic model class or JSON-schema dict).
 
         Uses constrained decoding where the backend has it, repairs trivial breakage, and otherwise
         re-asks with the error fed back, up to ``attempts`` replies. ``check(value)`` may return an error
-        message for semantic problems; it is fed back the same way. Raises :class:`UnparsableReply` when no
-        reply could be read, :class:`LLMFailure` when a call failed.
+        message for semantic problems; it is fed back the same way. ``fallback(text)``, for prompts whose own
+        format is free text, turns a reply that holds no JSON into a candidate value (validated like JSON) or
+        None; it is tried when the JSON reading fails (a server that ignored the requested format). Raises
+        :class:`UnparsableReply` when no reply could be read, :class:`LLMFailure` when a call failed.
         """
         p = self._params(params, overrides)
         convo, schema_dict = self._structured_request(messages, schema)
@@ -293,7 +318,7 @@ class LLM:
             used = Usage(used.prompt_tokens + comp.usage.prompt_tokens,
                          used.completion_tokens + comp.usage.completion_tokens)
             try:
-                value, repairs = parse_structured(text, schema)
+                value, repairs = _read(text, schema, fallback)
                 problem = check(value) if check is not None else None
                 if problem:
                     raise ParseError(problem)
@@ -313,6 +338,39 @@ class LLM:
                                request={"spec": self.spec, "messages": messages})
             return Parsed(value=value, text=text, attempts=attempt, repairs=repairs, completion=comp, usage=used)
         msg = f"{self.spec}: no valid structured reply after {n} attempts: {errors[-1] if errors else ''}"
+        self.report.record_failure(msg)
+        raise UnparsableReply(msg, attempts=n, last_text=text, errors=errors)
+
+    def read(self, messages: list[Message], reader: Callable[[str], Any | None], params: SamplingParams | None = None,
+             *, attempts: int | None = None, use_cache: bool = True, **overrides: Any) -> Parsed[Any]:
+        """A free-text reply read by ``reader(text)`` (a value, or None / :class:`ParseError` when the reply holds
+        none), for prompts that ask for a format of their own. An unreadable reply is re-asked with the
+        ``reply_retry`` prompt, up to ``attempts`` replies in all; each reply is cached like :meth:`chat`. Raises
+        :class:`UnparsableReply` when no reply could be read, :class:`LLMFailure` when a call failed."""
+        p = self._params(params, overrides)
+        n = attempts or self.structured_attempts
+        convo, errors, used = list(messages), [], Usage()
+        text = ""
+        for attempt in range(1, n + 1):
+            comp = self.chat(convo, p, use_cache=use_cache)
+            text = comp.text
+            used = Usage(used.prompt_tokens + comp.usage.prompt_tokens,
+                         used.completion_tokens + comp.usage.completion_tokens)
+            try:
+                value = reader(text)
+            except ParseError as exc:
+                value, why = None, str(exc)
+            else:
+                why = "no reading in the reply"
+            if value is not None:
+                return Parsed(value=value, text=text, attempts=attempt, completion=comp, cached=comp.cached,
+                              usage=used)
+            errors.append(f"attempt {attempt}: {why}: {text[-160:]!r}")
+            if attempt < n:
+                self.report.count("structured_retries")
+                convo = [*convo, {"role": "assistant", "content": text},
+                         *load_prompt("reply_retry").render(error=why)]
+        msg = f"{self.spec}: no readable reply after {n} attempts: {errors[-1] if errors else ''}"
         self.report.record_failure(msg)
         raise UnparsableReply(msg, attempts=n, last_text=text, errors=errors)
 

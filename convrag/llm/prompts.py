@@ -1,7 +1,8 @@
 """Prompts as data: YAML files holding Jinja templates with named fields, loaded by name.
 
-A prompt file ``NAME.yaml`` has ``description``, ``fields`` (the required names) and either
-``system`` / ``user`` templates or a ``messages`` list of ``{role, content}`` templates. Files are found
+A prompt file ``NAME.yaml`` has ``description``, ``fields`` (the required names), ``reply`` (how its reply is
+constrained and read, per backend) and either ``system`` / ``user`` templates or a ``messages`` list of
+``{role, content}`` templates. Files are found
 in the directories of ``$CONVRAG_PROMPTS_PATH`` (``os.pathsep``-separated; these win) and then in the
 shipped ``convrag/prompts`` folder.
 """
@@ -39,6 +40,8 @@ class PromptTemplate:
     optional: dict[str, Any] = field(default_factory=dict)
     description: str = ""
     source: str = ""
+    #: how a reply is constrained and read, per backend (the file's ``reply`` text)
+    reply: str = ""
 
     def render(self, **values: Any) -> list[Message]:
         """Chat messages with the fields filled in. Missing or unknown fields raise :class:`PromptError`."""
@@ -95,7 +98,8 @@ def _parse(name: str, path: Path) -> PromptTemplate:
     if undeclared:
         raise PromptError(f"{path}: templates use undeclared fields {undeclared}")
     return PromptTemplate(name=name, templates=templates, fields=fields, optional=optional,
-                          description=str(data.get("description", "")), source=str(path))
+                          description=str(data.get("description", "")), source=str(path),
+                          reply=str(data.get("reply", "")))
 
 
 @functools.lru_cache(maxsize=256)

@@ -46,6 +46,8 @@ class RunReport:
         self.retries = 0
         self.structured_retries = 0
         self.repairs = 0
+        #: requests re-sent because the server rejected their response_format (each style is given up once)
+        self.response_format_fallbacks = 0
         self.failures = 0
         self.cache_hits = 0
         self.cache_misses = 0
@@ -86,7 +88,7 @@ class RunReport:
             m["cost_usd"] += cost
 
     def count(self, what: str, n: int = 1) -> None:
-        """Increment one of: retries, structured_retries, repairs, cache_hits, cache_misses."""
+        """Increment one of: retries, structured_retries, repairs, response_format_fallbacks, cache_hits, cache_misses."""
         with self._lock:
             setattr(self, what, getattr(self, what) + n)
 
@@ -101,7 +103,7 @@ class RunReport:
             return {
                 "calls": self.calls, "successes": self.successes, "retries": self.retries,
                 "structured_retries": self.structured_retries, "repairs": self.repairs,
-                "failures": self.failures, "cache_hits": self.cache_hits, "cache_misses": self.cache_misses,
+                "response_format_fallbacks": self.response_format_fallbacks, "failures": self.failures, "cache_hits": self.cache_hits, "cache_misses": self.cache_misses,
                 "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
                 "cost_usd": round(self.cost_usd, 6), "unpriced_tokens": self.unpriced_tokens,
                 "backend_seconds": round(self.backend_seconds, 3), "errors": dict(self.errors),
@@ -116,7 +118,10 @@ class RunReport:
         cost = f"${d['cost_usd']:.4f}" + (f" (+{d['unpriced_tokens']} unpriced tokens)" if d["unpriced_tokens"] else "")
         return (f"LLM: {d['calls']} calls ({d['retries']} retries, errors: {errs}), {d['failures']} failures, "
                 f"{d['cache_hits']} cache hits / {d['cache_misses']} misses, {d['structured_retries']} re-asks, "
-                f"{d['repairs']} repairs, tokens {d['prompt_tokens']} in / {d['completion_tokens']} out, "
+                f"{d['repairs']} repairs, "
+                + (f"{d['response_format_fallbacks']} response_format fallbacks, "
+                   if d["response_format_fallbacks"] else "")
+                + f"tokens {d['prompt_tokens']} in / {d['completion_tokens']} out, "
                 f"est. cost {cost}, {d['backend_seconds']:.1f}s in backend")
 
     def write(self, path: str | os.PathLike[str]) -> None:

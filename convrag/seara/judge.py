@@ -167,7 +167,7 @@ def _plan(pairs: Sequence[tuple[str, str]], queries: Mapping[str, Query], chunks
         return _Plan(judge, list(pairs), keys, units, est)
     params = judge.params
     cached = chars = 0
-    schema = GradedRelevance if llm.backend.supports_schema else None  # as judge_call asks
+    schema = None if llm.free_text else GradedRelevance  # as judge_call asks
     for item, doc in units.values():
         messages = judge.messages(item, doc)
         if llm.is_cached(messages, schema, params):
@@ -175,7 +175,7 @@ def _plan(pairs: Sequence[tuple[str, str]], queries: Mapping[str, Query], chunks
         else:
             chars += sum(len(m["content"]) for m in llm.request_messages(messages, schema))
     calls = len(units) - cached
-    attempts = llm.structured_attempts if llm.backend.supports_schema else 1
+    attempts = 1 if llm.free_text else llm.structured_attempts  # a free-text verdict is read from one reply
     max_tokens = params.max_tokens or 0
     prompt, completion = chars // 4, calls * max_tokens
     free = llm.backend.name in FREE_BACKENDS

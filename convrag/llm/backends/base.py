@@ -22,6 +22,12 @@ class Backend(ABC):
     #: whether calls may run in parallel threads (local models serialise internally anyway)
     parallel: bool = True
 
+    @property
+    def enforces_schema(self) -> bool:
+        """Whether structured replies are constrained while decoding (a schema, a grammar or a JSON mode) right now.
+        When False, a prompt must ask for the format its reader parses (see ``LLM.free_text``)."""
+        return self.supports_schema
+
     @abstractmethod
     def complete(self, messages: list[Message], params: SamplingParams, *,
                  json_schema: dict[str, Any] | None = None, timeout: float | None = None) -> Completion:

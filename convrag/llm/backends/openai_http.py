@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import logging
 import os
 import threading
 from typing import Any
@@ -12,11 +14,41 @@ from convrag.llm.types import BackendError, Completion, Message, SamplingParams,
 
 #: ways of asking a server for schema-constrained JSON, tried in this order until one is accepted
 RESPONSE_FORMAT_STYLES = ("json_schema", "json_object_schema", "json_object", "none")
+#: keywords outside the subset that OpenAI's strict structured outputs accept; replies are validated against the
+#: full schema afterwards, so dropping them loosens decoding, never what is accepted
+_NOT_STRICT = ("default", "minLength", "maxLength", "minItems", "maxItems", "minimum", "maximum",
+               "exclusiveMinimum", "exclusiveMaximum")
+#: the widest integer range written as an enum in a strict schema (a 1-5 rating stays bounded while decoding)
+STRICT_MAX_ENUM = 32
+
+log = logging.getLogger("convrag.llm")
+
+
+def strict_schema(schema: Any) -> Any:
+    """``schema`` in the form OpenAI's strict ``json_schema`` mode requires (a copy): every object lists all its
+    properties as required and sets ``additionalProperties: false``; length and numeric bounds are dropped (not in
+    the strict subset), except that an integer range of at most :data:`STRICT_MAX_ENUM` values becomes an ``enum``;
+    ``default`` values are dropped. vLLM and SGLang read the same form."""
+    if isinstance(schema, list):
+        return [strict_schema(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: strict_schema(v) if k not in ("enum", "const", "required") else copy.deepcopy(v)
+           for k, v in schema.items() if k not in _NOT_STRICT}
+    low, high = schema.get("minimum"), schema.get("maximum")
+    if (schema.get("type") == "integer" and isinstance(low, int) and isinstance(high, int)
+            and 0 <= high - low < STRICT_MAX_ENUM and "enum" not in schema):
+        out["enum"] = list(range(low, high + 1))
+    if isinstance(out.get("properties"), dict):
+        out["required"] = list(out["properties"])
+        out["additionalProperties"] = False
+    return out
 
 
 def _response_format(style: str, schema: dict[str, Any]) -> dict[str, Any] | None:
-    if style == "json_schema":  # OpenAI, vLLM, OpenRouter
-        return {"type": "json_schema", "json_schema": {"name": "output", "schema": schema, "strict": False}}
+    if style == "json_schema":  # OpenAI (strict), vLLM, SGLang, OpenRouter
+        return {"type": "json_schema", "json_schema": {"name": "output", "schema": strict_schema(schema),
+                                                       "strict": True}}
     if style == "json_object_schema":  # llama-cpp-python server
         return {"type": "json_object", "schema": schema}
     if style == "json_object":  # DeepSeek and others without schema support
@@ -55,12 +87,27 @@ class OpenAIBackend(Backend):
         self.extra_body = dict(extra_body or {})
         self._style = None if response_format == "auto" else response_format
         self._auto = 0
+        #: response_format styles the server rejected, as "old -> new" (the run report lists them)
+        self.fallbacks: list[str] = []
         self._lock = threading.Lock()
         self._openai = openai
         self.client = openai.OpenAI(base_url=self.base_url, api_key=key, max_retries=0, timeout=timeout)
 
     def identity(self) -> dict[str, Any]:
         return {"backend": self.name, "model": self.model, "base_url": self.base_url or "https://api.openai.com/v1"}
+
+    @property
+    def style(self) -> str:
+        """The ``response_format`` style in use: the one given, else the first in :data:`RESPONSE_FORMAT_STYLES` the
+        server has not rejected so far."""
+        with self._lock:
+            return self._style or RESPONSE_FORMAT_STYLES[self._auto]
+
+    @property
+    def enforces_schema(self) -> bool:
+        """Whether the server is asked to constrain structured replies (a JSON schema or JSON mode); False with
+        ``response_format=none`` or once every style was rejected: prompts then ask for their own reply format."""
+        return self.style != "none"
 
     def complete(self, messages: list[Message], params: SamplingParams, *,
                  json_schema: dict[str, Any] | None = None, timeout: float | None = None) -> Completion:
@@ -76,16 +123,21 @@ class OpenAIBackend(Backend):
             kwargs["extra_body"] = self.extra_body
         if json_schema is None:
             return self._call(kwargs)
-        with self._lock:
-            style = self._style or RESPONSE_FORMAT_STYLES[self._auto]
+        style = self.style
         rf = _response_format(style, json_schema)
         try:
             out = self._call(dict(kwargs, response_format=rf) if rf else kwargs)
         except BackendError as exc:
             if exc.kind == "rejected" and self._style is None:
-                with self._lock:  # the server refused this style: the next attempt uses the next one
-                    if RESPONSE_FORMAT_STYLES[self._auto] == style:
+                with self._lock:  # the server refused this style: this and every later call use the next one
+                    moved = RESPONSE_FORMAT_STYLES[self._auto] == style
+                    if moved:
                         self._auto += 1
+                        self.fallbacks.append(f"{style} -> {RESPONSE_FORMAT_STYLES[self._auto]}")
+                if moved:  # said once per style, not per call
+                    log.warning("%s at %s rejected response_format %s (%s); using %s from now on", self.model,
+                                self.base_url or "api.openai.com", style, str(exc).split(":", 1)[0],
+                                RESPONSE_FORMAT_STYLES[self._auto])
                 raise BackendError(str(exc), retryable=True, kind="rejected", immediate=True) from exc
             raise
         with self._lock:
