@@ -1,7 +1,8 @@
 """Issue 29, class 1: a real judge's verdicts are read, over HTTP, whatever the server enforces.
 
-- ``convrag audit`` with an ``openai:`` judge and ``response_format=none`` sends the MTR-Eval prompts as written (no JSON
-  instruction, no response_format) and reads ``**Rating:** 4`` as 4 (it used to count every such verdict unreadable);
+- ``convrag audit`` with an ``openai:`` judge and ``response_format=none`` sends the MTR-Eval prompts as written (no
+  JSON instruction, no response_format) and reads ``**Rating:** 4`` as 4 (it used to count every such verdict
+  unreadable);
 - a server that rejects ``response_format`` (HTTP 400) makes the client fall back once per format, with one warning
   each and a count in the run report, not once per call; once nothing is enforced, judges ask for their own format;
 - a server that accepts a schema but whose model answers in free text is still read by the rating line;

@@ -3,9 +3,10 @@
 A judge replies either through structured output (a JSON object with a ``rationale`` field first, then the
 verdict field) when its backend constrains replies right now (``LLM.free_text`` False), or in free text that ends
 with a verdict line, as its prompt asks when nothing is enforced (``response_format=none``, a server that rejected
-every format, a local model without grammars), read by :func:`parse_rating` (1-5 style scales) or :func:`parse_choice` (a numbered document). A reply from
-which no verdict can be read is kept with ``score=None`` and the reason in ``error``; it is never given a
-default score, and aggregates leave it out of their means and count it.
+every format, a local model without grammars), read by :func:`parse_rating` (1-5 style scales) or
+:func:`parse_choice` (a numbered document). A reply from which no verdict can be read is kept with ``score=None``
+and the reason in ``error``; it is never given a default score, and aggregates leave it out of their means and
+count it.
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ class RunReport:
             m["cost_usd"] += cost
 
     def count(self, what: str, n: int = 1) -> None:
-        """Increment one of: retries, structured_retries, repairs, response_format_fallbacks, cache_hits, cache_misses."""
+        """Increment a counter: retries, structured_retries, repairs, response_format_fallbacks, cache_hits, ..."""
         with self._lock:
             setattr(self, what, getattr(self, what) + n)
 
@@ -103,7 +103,8 @@ class RunReport:
             return {
                 "calls": self.calls, "successes": self.successes, "retries": self.retries,
                 "structured_retries": self.structured_retries, "repairs": self.repairs,
-                "response_format_fallbacks": self.response_format_fallbacks, "failures": self.failures, "cache_hits": self.cache_hits, "cache_misses": self.cache_misses,
+                "response_format_fallbacks": self.response_format_fallbacks, "failures": self.failures,
+                "cache_hits": self.cache_hits, "cache_misses": self.cache_misses,
                 "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
                 "cost_usd": round(self.cost_usd, 6), "unpriced_tokens": self.unpriced_tokens,
                 "backend_seconds": round(self.backend_seconds, 3), "errors": dict(self.errors),
