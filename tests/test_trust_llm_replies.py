@@ -131,3 +131,25 @@ def test_strict_schema_form() -> None:
     assert claim["required"] == ["text", "supported"] and claim["additionalProperties"] is False
     assert "maxLength" not in claim["properties"]["text"] and "default" not in claim["properties"]["supported"]
     assert json_schema_for(Reply)["properties"]["rating"]["maximum"] == 5  # the original is left as it was
+
+
+@pytest.mark.slow
+def test_free_text_judging_through_the_local_model() -> None:
+    """The unconstrained path through the embedded model: the prompt goes out as written and its reply is read by the
+    rating-line rule, or counted unreadable (plumbing only: the placeholder's rating means nothing)."""
+    from convrag.llm import SamplingParams
+
+    llm = get_llm("default", constrained=False, cache=False)
+    assert llm.free_text
+    messages = load_prompt("audit_query_evidence").render(
+        query="When did the Golden Gate Bridge open?",
+        document="The Golden Gate Bridge opened to traffic on 28 May 1937 after four years of construction.")
+    value, rationale, raw, error = judge_call(llm, messages, RatingReply, parse_rating,
+                                              params=SamplingParams(max_tokens=96))
+    llm.close()
+    assert raw.strip() and llm.report.calls == 1
+    assert (value is None) == (error is not None)
+    if value is None:
+        assert error.startswith("unparseable: no verdict line") and parse_rating(raw) is None
+    else:
+        assert value == parse_rating(raw) and 1 <= value <= 5

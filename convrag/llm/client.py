@@ -216,11 +216,11 @@ class LLM:
     # -- public API --------------------------------------------------------------------------------------
     @property
     def free_text(self) -> bool:
-        """True when nothing constrains a structured reply right now (a backend without schema support, or an
-        OpenAI-compatible server with ``response_format=none`` or that rejected every format): prompts that have
-        a format of their own (a closing rating line, a label line) then ask for it and are read with their
-        free-text reader; prompts without one ask for JSON and are read with repairs."""
-        return not (self.backend.supports_schema and self.backend.enforces_schema)
+        """True when nothing constrains a structured reply right now (a backend without schema support, a client with
+        ``constrained=False``, or an OpenAI-compatible server with ``response_format=none`` or that rejected every
+        format): prompts that have a format of their own (a closing rating line, a label line) then ask for it and
+        are read with their free-text reader; prompts without one ask for JSON and are read with repairs."""
+        return not (self.constrained and self.backend.supports_schema and self.backend.enforces_schema)
 
     def request_messages(self, messages: list[Message], schema: Schema | None = None) -> list[Message]:
         """The conversation :meth:`chat` (``schema`` None) or :meth:`structured` sends for ``messages``: with a
