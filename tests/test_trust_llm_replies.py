@@ -153,3 +153,13 @@ def test_free_text_judging_through_the_local_model() -> None:
         assert error.startswith("unparseable: no verdict line") and parse_rating(raw) is None
     else:
         assert value == parse_rating(raw) and 1 <= value <= 5
+
+
+def test_query_evidence_worked_example_follows_its_own_levels() -> None:
+    """Class 7: an on-topic document that cannot answer is level 1 ("cannot answer"), in the rubric and in the worked
+    example alike (the authors' example rates it 1; ours used to say 2)."""
+    text = load_prompt("audit_query_evidence").render(query="q", document="d")[-1]["content"]
+    example = text.split("Worked example.", 1)[1].split("Now the case to judge.", 1)[0]
+    assert "never" in example and parse_rating(example) == 1
+    level_1 = next(line for line in text.splitlines() if line.startswith("1 = "))
+    assert "cannot answer" in level_1
