@@ -26,10 +26,10 @@ Every layout returns a :class:`~convrag.query_text.QueryText`: the text above, w
 history lines (oldest first) and its tail (the query and what follows it). Encoders with a length limit fit
 it with :func:`~convrag.query_text.fit_query`: the oldest history goes first, the tail is kept whole.
 
-Rewrite failures (the LLM layer raising :class:`~convrag.llm.LLMFailure`, or an empty reply) are never
-hidden: :func:`format_queries` lists them in its result. With ``on_failure="error"`` (the default) it then
-raises :class:`RewriteError`; with ``on_failure="baseline"`` the failed turns use the baseline text and are
-listed in ``FormattedQueries.fallbacks``.
+Rewrite failures (the LLM layer raising :class:`~convrag.llm.LLMFailure`, or a reply with no query in it:
+empty, reasoning only, or a refusal; see :func:`clean_rewrite`) are never hidden: :func:`format_queries` lists
+them in its result. With ``on_failure="error"`` (the default) it then raises :class:`RewriteError`; with
+``on_failure="baseline"`` the failed turns use the baseline text and are listed in ``FormattedQueries.fallbacks``.
 """
 
 from __future__ import annotations
@@ -177,11 +177,24 @@ def field_text(turn: Turn, name: str) -> QueryText:
     return QueryText(lines[:-1], lines[-1:])
 
 
+_QUERY_LABEL = re.compile(r"^(?:#+\s*)?(?:\*\*)?(?:(?:rewritten|self-contained|standalone|final|search)\s+)*query"
+                          r"(?:\s*:|\s*$)\s*(?:\*\*)?\s*", re.I)
+_PREAMBLE = re.compile(r"^(?:sure|okay|ok|certainly|of course|here(?:'s|\u2019s| is))\b[^:\n]*:\s*(?:\*\*)?\s*", re.I)
+
+
 def clean_rewrite(reply: str) -> str:
-    """The first non-empty line of an LLM reply, without a ``Query:`` label or surrounding quotes."""
-    for line in reply.strip().splitlines():
-        line = re.sub(r"^\s*(?:\*\*)?(?:search\s+)?query\s*:\s*(?:\*\*)?\s*", "", line.strip(), flags=re.I)
-        line = line.strip().strip("\"'`").strip()
+    """The query in an LLM reply: reasoning up to ``</think>`` dropped, then the first line left once a preamble
+    ending in a colon ("Sure! Here is the rewritten query:"), a ``Query:`` label (also ``Rewritten query:``,
+    ``**Search query:**`` or a ``### Query`` heading) and surrounding quotes, backticks or bold stars are removed;
+    empty when the reply holds no such line or declines the task (:func:`~convrag.synthesis.agents.is_refusal`)."""
+    from convrag.synthesis.agents import is_refusal, strip_reasoning
+
+    text = strip_reasoning(reply).strip()
+    if is_refusal(text):
+        return ""
+    for line in text.splitlines():
+        line = _QUERY_LABEL.sub("", _PREAMBLE.sub("", line.strip()))
+        line = line.strip().strip("\"'`*").strip()
         if line:
             return line
     return ""
@@ -203,7 +216,8 @@ def _rewrite(turn: Turn, llm: Any) -> str:
     reply = llm.chat(rewrite_messages(turn), max_tokens=REWRITE_MAX_TOKENS).text
     text = clean_rewrite(reply)
     if not text:
-        raise LLMFailure(f"empty rewrite for {turn.qid!r} (reply: {reply[:80]!r})", attempts=1, last_text=reply)
+        raise LLMFailure(f"no query in the rewrite reply for {turn.qid!r} (reply: {reply[:80]!r})", attempts=1,
+                         last_text=reply)
     return text
 
 

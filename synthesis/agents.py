@@ -17,27 +17,31 @@ Definitions (the pipeline stages batch these calls; nothing here reads or writes
   a regex, dropping the conversation when that fails; here the LLM layer's structured output (``{"document": N,
   "question": "..."}``) records the number exactly, a number outside 1..n or a blank question is fed back and
   re-asked, and a reply that never validates raises :class:`~convrag.llm.types.UnparsableReply` (the stage stops the
-  conversation there).
+  conversation there). A reply without JSON in the authors' form ``[N] question`` is read as that number and
+  question; a reply cut off inside its JSON (closed by the LLM layer's repair) raises :class:`AgentError`, since
+  its question may be cut too.
 * **Responder** (RAG simulator). Sees the earlier turns as real chat messages (answers cut to
   ``history_answer_chars``; the authors keep them whole), then one user message holding only the gold document
   (title and marker-free full text) and the question. It is asked for a complete, detailed answer of about
   ``answer_words`` words built from the document, without naming documents or sources. The authors also ask it to
   reason step by step, which leaks "follow these steps" prose into the answers; we do not. Reasoning up to a
-  ``</think>`` tag is dropped. A blank reply, or the authors' failure marker ``[ERROR: generation failed]``,
-  raises :class:`AgentError`: it is never stored as an answer.
+  ``</think>`` tag is dropped. A blank reply, a refusal (:func:`is_refusal`), or the authors' failure marker
+  ``[ERROR: generation failed]``, raises :class:`AgentError`: it is never stored as an answer.
 * **Polisher** (humanizer; the authors' ``build_dataset`` humanize step, run on turns 2..T). Sees the
   conversation before the turn as ``[User]:`` / ``[Assistant]:`` lines (assistant messages longer than
   ``context_answer_chars`` hard-cut there plus ``...``; an empty one reads ``(Start of conversation)``) and the
   original question, and returns the question as a person would type it. The reply is cleaned (whitespace,
-  reasoning before ``</think>``, one pair of wrapping quotes) and judged by :func:`rejection`; a rejected rewrite
-  keeps the original question, with the reason as the status.
+  reasoning before ``</think>``, a leading ``Question:`` label as :func:`clean_question` removes it, one pair of
+  wrapping quotes or bold stars) and judged by :func:`rejection`; a rejected rewrite keeps the original question,
+  with the reason as the status.
 
 Rejection rules (:func:`rejection`, first that applies): ``"too short"`` when the stripped rewrite has at most
 ``min_chars`` characters (the authors reject < 3 characters and apply a rewrite only above 3; that is one rule:
 length <= 3 is rejected); ``"meta phrase: P"`` when it contains P of ``meta_phrases`` (case-insensitive, the
-first listed that occurs); ``"several lines"`` when it has more than one non-empty line (ours: the model wrote
-more than the rewrite); ``"too long"`` when it is longer than ``max_ratio`` times the original;
-``"unchanged"`` when it equals the original once whitespace runs are collapsed (ours).
+first listed that occurs); ``"refusal"`` when it declines the task (:func:`is_refusal`, ours); ``"several lines"``
+when it has more than one non-empty line (ours: the model wrote more than the rewrite); ``"too long"`` when it is
+longer than ``max_ratio`` times the original; ``"unchanged"`` when it equals the original once whitespace runs are
+collapsed (ours).
 """
 
 from __future__ import annotations
@@ -59,8 +63,15 @@ FAILURE_MARKER = "[ERROR: generation failed]"
 META_PHRASES = ("rewrite", "here is", "certainly", "sure,")
 
 _MARKER = re.compile(r"[ \t]*\[\d+\]")
-_QUESTION_PREFIX = re.compile(r"^(?:\s*(?:\[\d+\]|\**\s*question\s*\**\s*:\s*\**))+\s*", re.I)
-_QUOTES = (('"', '"'), ("'", "'"), ("\u201c", "\u201d"), ("\u2018", "\u2019"), ("`", "`"))
+_QUESTION_PREFIX = re.compile(
+    r"^(?:\s*(?:\[\d+\]|\**\s*(?:(?:rewritten|casual|polished|new|next)\s+)?question\s*\**\s*:\s*\**))+\s*", re.I)
+_QUOTES = (('"', '"'), ("'", "'"), ("\u201c", "\u201d"), ("\u2018", "\u2019"), ("**", "**"), ("`", "`"))
+_AUTHORS_QUESTION = re.compile(r"^(?:\**\s*question\s*\**\s*:\s*\**\s*)?\[(\d+)\]\s*(\S.*)$", re.I)
+_CANNOT = r"I\s+(?:can\s?not|can['\u2019]t|am\s+(?:unable|not\s+able)|won['\u2019]t|will\s+not|must\s+decline)"
+_REFUSAL = re.compile(
+    rf"^\W*(?:(?:I['\u2019]?m|I\s+am)\s+(?:sorry|afraid)|sorry|I\s+apologi[sz]e|apologies|unfortunately|"
+    rf"as\s+an\s+AI(?:\s+language\s+model)?)\b[^.!?\n]{{0,60}}?\b{_CANNOT}\b"
+    rf"|^\W*{_CANNOT}\s+(?:help|assist)\s+with\s+(?:that|this)\b|^\W*{_CANNOT}\s+(?:comply|fulfil)", re.I)
 
 
 class AgentError(LLMError):
@@ -153,8 +164,23 @@ def strip_reasoning(text: str) -> str:
     return "" if text.lstrip().startswith("<think>") else text
 
 
+def is_refusal(text: str) -> bool:
+    """Whether a reply opens by declining the task: an apology ("I'm sorry", "Unfortunately", "As an AI") followed in
+    the same sentence by "I can't / cannot / am unable / won't / will not / must decline", or such a phrase followed
+    by "help with that", "assist with this", "comply" or "fulfil"."""
+    return _REFUSAL.search(text) is not None
+
+
+def authors_question(text: str) -> dict[str, Any] | None:
+    """The authors' Questioner format, ``[N] question`` on one line (optionally after a ``Question:`` label), as
+    ``{"document": N, "question": ...}``; None for anything else."""
+    match = _AUTHORS_QUESTION.match(text.strip())
+    return None if match is None else {"document": int(match.group(1)), "question": match.group(2).strip()}
+
+
 def clean_question(text: str) -> str:
-    """The question stripped, without a leading ``[N]`` or ``Question:`` label the model put in it."""
+    """The question stripped, without a leading ``[N]`` or ``Question:`` label (also ``Rewritten question:``,
+    ``Casual question:``...) the model put in it."""
     return _QUESTION_PREFIX.sub("", text.strip()).strip()
 
 
@@ -185,6 +211,8 @@ def rejection(original: str, rewrite: str, *, max_ratio: float = 1.3, min_chars:
     for phrase in meta_phrases:
         if phrase.lower() in low:
             return f"meta phrase: {phrase}"
+    if is_refusal(text):
+        return "refusal"
     if sum(1 for line in text.splitlines() if line.strip()) > 1:
         return "several lines"
     if len(text) > max_ratio * len(original.strip()):
@@ -223,7 +251,8 @@ class Questioner:
         return prompt.render(**fields)
 
     def ask(self, drawn: list[Doc], history: list[Exchange], key: str) -> Question:
-        """One question; raises UnparsableReply when no reply names a shown document and a non-blank question."""
+        """One question; raises UnparsableReply when no reply names a shown document and a non-blank question,
+        AgentError when the reply was cut off (its JSON closed by repair)."""
         n = len(drawn)
 
         def check(reply: QuestionReply) -> str | None:
@@ -234,7 +263,11 @@ class Questioner:
                 return "question is empty: write the question itself in the question field"
             return None
 
-        parsed = self.llm.structured(self.messages(drawn, history, key), QuestionReply, self.params, check=check)
+        parsed = self.llm.structured(self.messages(drawn, history, key), QuestionReply, self.params, check=check,
+                                     fallback=authors_question)
+        if "truncated" in parsed.repairs:
+            raise AgentError("questioner: the reply was cut off before its JSON closed; the question may be cut",
+                             "cut-off reply")
         reply = parsed.value
         return Question(text=clean_question(reply.question), number=reply.document, gold=drawn[reply.document - 1],
                         prompt_tokens=parsed.usage.prompt_tokens, completion_tokens=parsed.usage.completion_tokens)
@@ -261,11 +294,13 @@ class Responder:
         return [system, *turns, user]
 
     def answer(self, history: list[Exchange], question: str, gold: Doc) -> Answer:
-        """The answer; raises AgentError for a blank reply or the failure marker."""
+        """The answer; raises AgentError for a blank reply, a refusal or the failure marker."""
         comp = self.llm.chat(self.messages(history, question, gold), self.params)
         text = strip_reasoning(comp.text).strip()
         if not text:
             raise AgentError(f"responder: blank answer to {question[:80]!r}", "blank answer")
+        if is_refusal(text):
+            raise AgentError(f"responder: refused to answer {question[:80]!r}: {text[:80]!r}", "refusal")
         if FAILURE_MARKER in text:
             raise AgentError(f"responder: the reply is the failure marker {FAILURE_MARKER!r}", "failure marker")
         return Answer(text=text, prompt_tokens=comp.usage.prompt_tokens,
@@ -294,7 +329,7 @@ class Polisher:
     def polish(self, history: list[Exchange], question: str) -> Rewrite:
         """The judged rewrite; LLMFailure propagates (the caller keeps the original)."""
         comp = self.llm.chat(self.messages(history, question), self.params)
-        text = _unquote(strip_reasoning(comp.text).strip())
+        text = _unquote(clean_question(strip_reasoning(comp.text)))
         reason = rejection(question, text, max_ratio=self.max_ratio, min_chars=self.min_chars,
                            meta_phrases=self.meta_phrases)
         return Rewrite(text=question if reason else text, status=reason or "rewritten",

@@ -12,12 +12,14 @@ Official (``mode="official"``), as ``scripts/evaluation/judge_utils.py`` / ``jud
   the last matching pattern wins. No match, or a value outside (0, 1] -> 0.5.
 - :func:`official_clarification`: the JSON in a ```` ```json ```` fence, else the text from the first ``{`` to
   the first ``}``; invalid backslash escapes removed, braces restored, ``json.loads``; ``decision`` (lower-cased)
-  yes -> 1, no -> 0, anything else or any failure -> 0.5.
+  yes -> 1, no -> 0, anything else or any failure -> 0.5 (the official ``except:`` catches every error, so a
+  reply nested too deep for ``json.loads``, a ``RecursionError``, is 0.5 too).
 
-Strict (``mode="strict"``): :func:`parse_idk` reads the first alphabetic word anywhere (``**Yes**`` is yes) and
-only yes / no / partial count; :func:`parse_rating` takes the last ``[[N]]``, else ``Rating: N``, else ``N/10`` or
-``N out of 10``, and :func:`rating_value` accepts (0, 10]. Anything else is a parse failure, which strict mode
-excludes and counts instead of scoring.
+Strict (``mode="strict"``): :func:`parse_idk` reads the first alphabetic word anywhere (``**Yes**`` is yes; a
+closed ``<think>`` block and a ``Label:`` naming the field are skipped) and only yes / no / partial(ly) count;
+:func:`parse_rating` takes the last ``[[N]]``, else ``Rating: N``, else ``N/10`` or ``N out of 10``, and
+:func:`rating_value` accepts (0, 10]. Anything else is a parse failure, which strict mode excludes and counts
+instead of scoring.
 
 >>> official_idk("**Yes**"), official_idk(" no."), official_idk("Partial"), official_idk(None)
 ('unknown', 0.0, 0.5, None)
@@ -110,7 +112,7 @@ def official_clarification_read(text: Any) -> tuple[float, dict[str, Any] | None
         body = body if body.endswith("}") else body + "}"
         parsed = json.loads(body)
         decision = parsed.get("decision", "").lower()
-    except (TypeError, ValueError, AttributeError):  # what the official script's bare ``except`` meets
+    except (TypeError, ValueError, AttributeError, RecursionError):  # what the official bare ``except`` meets
         return 0.5, None
     return (1.0 if decision == "yes" else 0.0 if decision == "no" else 0.5), parsed
 
@@ -122,16 +124,21 @@ def official_clarification(text: Any) -> float:
 
 # --- strict ------------------------------------------------------------------------------------------------------
 _FIRST_WORD = re.compile(r"[A-Za-z]+")
+_REASONING = re.compile(r"^\s*<think>.*?</think>", re.DOTALL)
+_LABEL_PREFIX = re.compile(r"^[^A-Za-z]*(?:the\s+)?(?:label|answer|verdict)(?:\s+is)?\b[\s*:=-]*", re.IGNORECASE)
+_IDK_VALUES = {"yes": 1.0, "no": 0.0, "partial": 0.5, "partially": 0.5}
 
 
 def parse_idk(text: str | None) -> tuple[float | None, str | None, bool]:
-    """(value, label, failed) from an IDK reply under our reading: its first alphabetic word anywhere decides
-    (yes 1, no 0, partial 0.5); any other word, or none, is a parse failure (value None)."""
-    match = _FIRST_WORD.search(text or "")
+    """(value, label, failed) from an IDK reply under our reading: after a closed ``<think>`` block and a leading
+    ``Label:`` / ``Answer:`` / ``The label is`` naming the field, the first alphabetic word decides (yes 1, no 0,
+    partial or partially 0.5); any other word, or none, is a parse failure (value None)."""
+    body = _LABEL_PREFIX.sub("", _REASONING.sub("", text or ""), count=1)
+    match = _FIRST_WORD.search(body)
     token = match.group(0).lower() if match else None
-    values = {"yes": 1.0, "no": 0.0, "partial": 0.5}
-    if token in values:
-        return values[token], token, False
+    if token in _IDK_VALUES:
+        label = "partial" if token == "partially" else token
+        return _IDK_VALUES[token], label, False
     return None, None, True
 
 
