@@ -45,7 +45,7 @@ from pydantic import BaseModel, Field, create_model
 from convrag.audit.items import AuditDoc, AuditItem, AuditSet
 from convrag.audit.verdict import Verdict, judge_call, parse_choice, parse_rating
 from convrag.builders.stratrag_rules import PAD_TEXT
-from convrag.llm import LLM, Message, SamplingParams, load_prompt
+from convrag.llm import LLM, Message, ParseError, SamplingParams, extract_json, load_prompt
 from convrag.retrievers import Retriever, get_retriever
 
 DIMENSIONS = ("completeness", "query_evidence", "answer_faithfulness", "answer_quality")
@@ -67,6 +67,21 @@ class RatingReply(BaseModel):
 def choice_schema(n: int) -> type[BaseModel]:
     """The structured reply of the discriminability test over ``n`` documents: reasoning, then a number 1..n."""
     return create_model("DocumentChoice", rationale=(str, ...), document=(int, Field(ge=1, le=n)))
+
+
+def read_choice(text: str, n: int) -> int | None:
+    """The document a free-text discriminability reply names: the integer ``document`` of a JSON object in it (a
+    judge that answered in JSON although free text was asked), else the authors' rule,
+    :func:`~convrag.audit.verdict.parse_choice` (``[N]`` at the very end of the reply); None unless in 1..n."""
+    if "{" in text:
+        try:
+            obj, _ = extract_json(text[text.index("{"):])
+        except ParseError:
+            obj = None
+        value = obj.get("document") if isinstance(obj, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value if 1 <= value <= n else None
+    return parse_choice(text, n)
 
 
 def document_text(doc: AuditDoc, doc_chars: int = 2000) -> str:
@@ -239,7 +254,7 @@ class Completeness(Dimension):
         return choice_schema(len(request.extra["candidates"]))
 
     def parse(self, request: Request, text: str) -> int | None:
-        return parse_choice(text, len(request.extra["candidates"]))
+        return read_choice(text, len(request.extra["candidates"]))
 
     def verdict(self, request: Request, value: int | None, rationale: str, raw: str, error: str | None,
                 judge: str) -> Verdict:

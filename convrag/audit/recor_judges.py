@@ -113,8 +113,9 @@ RECOR_DOMAINS = {
 
 _SCORE_NAMES = {"naturalness": r"naturalness", "turn_coherence": r"(?:turn[\s_-]*)?coherence",
                 "question_quality": r"question[\s_-]*quality", "groundedness": r"groundedness|grounding"}
-#: "Naturalness: 4", "**Turn coherence:** 5/5", "- Groundedness (1-5): 3"; group 1 is the number
-_SCORE_LINE = {d: re.compile(rf"^[ \t>*_#-]*(?:{n})(?:\s+score)?\s*(?:\([^)\n]{{0,12}}\))?\s*\**\s*[:=]\s*\**\s*"
+#: "Naturalness: 4", "**Turn coherence:** 5/5", "- Groundedness (1-5): 3", a table row "| Naturalness | 4 |";
+#: group 1 is the number
+_SCORE_LINE = {d: re.compile(rf"^[ \t>*_#|-]*(?:{n})(?:\s+score)?\s*(?:\([^)\n]{{0,12}}\))?\s*\**\s*[:=|]\s*\**\s*"
                              rf"(\d+(?:\.\d+)?)[^\n]*$", re.I | re.M) for d, n in _SCORE_NAMES.items()}
 
 
@@ -168,7 +169,8 @@ def _json_object(text: str) -> dict[str, Any] | None:
 
 def read_scores(text: str, dimensions: Sequence[str] = DIMENSIONS) -> dict[str, Any] | None:
     """The scores in a free-text reply, unchecked: from a JSON object in it (``{"scores": {...}}`` or flat) when
-    that names a dimension, else from the last "Criterion: N" line of each dimension. None when none is found."""
+    that names a dimension, else from the last "Criterion: N" line (or "| Criterion | N |" table row) of each
+    dimension. None when none is found."""
     obj = _json_object(text)
     if obj is not None:
         inner = obj.get("scores") if isinstance(obj.get("scores"), dict) else obj
@@ -313,12 +315,23 @@ def match_label(text: Any, labels: Sequence[str]) -> str | None:
     return None
 
 
+def _label_line(field: str) -> re.Pattern[str]:
+    """A line "Field name: <label>" (``field`` with spaces, hyphens or underscores; optionally bold or a heading),
+    the label after the colon or, when nothing follows it, on the next non-blank line; group 1 is the label."""
+    name = r"[\s_-]+".join(map(re.escape, field.split("_")))
+    return re.compile(rf"^[ \t>*_#-]*{name}[\s*_]*:[*_ \t]*(?:\n\s*)?([^\n]*\S)", re.I | re.M)
+
+
 def read_label(text: str, field: str) -> str | None:
-    """The label text of a free-text reply, unchecked: the ``field`` of a JSON object in it, else the last
-    non-blank line after its last colon. None for a blank reply."""
+    """The label text of a free-text reply, unchecked: the ``field`` of a JSON object in it, else the label of its
+    last "Field name:" line (:func:`_label_line`; a note may follow on later lines), else the last non-blank line
+    after its last colon. None for a blank reply."""
     obj = _json_object(text)
     if obj is not None and isinstance(obj.get(field), str):
         return obj[field]
+    named = _label_line(field).findall(text)
+    if named:
+        return named[-1].strip()
     lines = [ln for ln in text.splitlines() if ln.strip()]
     return lines[-1].rsplit(":", 1)[-1].strip() if lines else None
 

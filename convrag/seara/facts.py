@@ -5,11 +5,13 @@ Definitions used throughout:
 - A *chunk* is a verbatim slice of a source document: ``document[start:start + len(text)] == text``; its span is
   ``(doc_id, start, end)``, character offsets, end exclusive.
 - *Extraction* (:func:`extract_facts`): for each (query, judged-relevant chunk) an LLM (prompt
-  ``seara_fact_extract``, structured reply ``{"quotes": [...]}``) or any callable returns quotes. A quote is kept
-  only when it occurs verbatim in the chunk text after *whitespace normalisation* (:func:`locate`: leading and
-  trailing whitespace dropped, every run of whitespace read as one space, on both sides; case, punctuation
-  and Unicode forms untouched); its first occurrence is mapped to document offsets. A quote not found is
-  rejected and counted; failed and unparseable replies are counted by reason and never give facts.
+  ``seara_fact_extract``, structured reply ``{"quotes": [...]}``, a bare JSON list read as that list) or any
+  callable returns quotes. A quote is kept only when it occurs verbatim in the chunk text after *whitespace
+  normalisation* (:func:`locate`: leading and trailing whitespace dropped, every run of whitespace read as one
+  space, on both sides; case, punctuation and Unicode forms untouched); its first occurrence is mapped to
+  document offsets. A quote not found is rejected and counted, and so is the last quote of a reply cut off at
+  ``max_tokens`` (it may end mid-quote); failed and unparseable replies are counted by reason and never give
+  facts.
 - *Dedupe* (:func:`dedupe_facts`): units sorted by (doc, start, end); a unit joins the existing fact of the
   same document whose span it overlaps with the highest IoU (intersection / union of characters) when that IoU
   is >= 0.5 (ties: the earlier fact), else it starts a new fact. A fact keeps the span of its first unit in
@@ -38,6 +40,7 @@ from pydantic import BaseModel, Field
 
 from convrag.llm import LLM, load_prompt, run_batch
 from convrag.llm.types import EndpointUnreachable, LLMFailure, UnparsableReply
+from convrag.seara.rewrite import list_reply
 
 DEFAULT_THETA = 0.9
 DEFAULT_IOU = 0.5
@@ -121,9 +124,9 @@ class FactQuotes(BaseModel):
 
 
 class Entailment(BaseModel):
-    """Structured entailment reply."""
+    """Structured entailment reply (a reply without its rationale still gives the verdict)."""
 
-    rationale: str
+    rationale: str = ""
     entailed: bool
 
 
@@ -172,9 +175,16 @@ def _relevant(relevant: Any) -> dict[str, list[str]]:
     return {q: list(chunks) for q, chunks in relevant.items()}
 
 
-def _quotes_from_llm(llm: LLM, query: str, chunk: Chunk, attempts: int | None) -> list[str]:
+def _quotes_from_llm(llm: LLM, query: str, chunk: Chunk, attempts: int | None) -> tuple[list[str], list[str]]:
+    """The extractor's quotes, and the one it cut off: a reply whose JSON had to be closed (cut off at
+    ``max_tokens``) and that ends inside a string ended mid-quote, so its last quote is not used."""
     messages = load_prompt(EXTRACT_PROMPT).render(query=query, chunk=chunk.text)
-    return list(llm.structured(messages, FactQuotes, attempts=attempts).value.quotes)
+    parsed = llm.structured(messages, FactQuotes, attempts=attempts, fallback=list_reply("quotes"))
+    quotes = list(parsed.value.quotes)
+    mid_quote = not parsed.text.rstrip().rstrip("`").rstrip().endswith(('"', "]", "}"))
+    if "truncated" in parsed.repairs and mid_quote and quotes:
+        return quotes[:-1], quotes[-1:]
+    return quotes, []
 
 
 def extract_facts(queries: Mapping[str, str], chunks: Mapping[str, Chunk] | Iterable[Chunk], relevant: Any,
@@ -184,8 +194,9 @@ def extract_facts(queries: Mapping[str, str], chunks: Mapping[str, Chunk] | Iter
     ``relevant``: {query_id: [chunk ids]} or a ``PseudoQrels`` (chunks graded >= its cutoff). ``extractor``: an
     :class:`LLM` (prompt ``seara_fact_extract``, structured, cached by the LLM layer: a rerun makes no calls) or
     ``fn(query, chunk) -> quotes`` (e.g. an oracle). Counts: ``pairs``, ``quotes``, ``accepted``,
-    ``rejected_not_verbatim``, ``no_quotes`` (an empty reply: judge/extractor disagreement), ``unparseable``,
-    ``call_failed``, ``missing_chunk``. A dead endpoint (:class:`EndpointUnreachable`) propagates.
+    ``rejected_not_verbatim``, ``rejected_cut_off`` (the last quote of a reply cut off at ``max_tokens``),
+    ``no_quotes`` (an empty reply: judge/extractor disagreement), ``unparseable``, ``call_failed``,
+    ``missing_chunk``. A dead endpoint (:class:`EndpointUnreachable`) propagates.
     """
     table = chunks if isinstance(chunks, Mapping) else {c.chunk_id: c for c in chunks}
     out = Extraction()
@@ -199,11 +210,11 @@ def extract_facts(queries: Mapping[str, str], chunks: Mapping[str, Chunk] | Iter
                 pairs.append((qid, table[cid]))
     out.counts["pairs"] = len(pairs)
 
-    def ask(pair: tuple[str, Chunk]) -> list[str]:
+    def ask(pair: tuple[str, Chunk]) -> tuple[list[str], list[str]]:
         qid, chunk = pair
         if isinstance(extractor, LLM):
             return _quotes_from_llm(extractor, queries[qid], chunk, attempts)
-        return list(extractor(queries[qid], chunk))
+        return list(extractor(queries[qid], chunk)), []
 
     batch = run_batch(pairs, ask, concurrency, catch=(LLMFailure,))
     for i, (qid, chunk) in enumerate(pairs):
@@ -215,8 +226,12 @@ def extract_facts(queries: Mapping[str, str], chunks: Mapping[str, Chunk] | Iter
             out.counts[reason] += 1
             out.errors.append({"query_id": qid, "chunk_id": chunk.chunk_id, "reason": reason, "error": str(err)})
             continue
-        quotes = [q for q in (batch.results[i] or []) if isinstance(q, str)]
-        if not quotes:
+        got, cut = batch.results[i] or ([], [])
+        quotes = [q for q in got if isinstance(q, str)]
+        for quote in cut:
+            out.counts["rejected_cut_off"] += 1
+            out.rejected.append({"query_id": qid, "chunk_id": chunk.chunk_id, "quote": quote})
+        if not quotes and not cut:
             out.counts["no_quotes"] += 1
         for quote in quotes:
             out.counts["quotes"] += 1

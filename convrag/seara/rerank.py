@@ -9,7 +9,8 @@ Listwise (:class:`ListwiseReranker`, RankGPT-style): over a head of n items, win
 move from the bottom to the top by ``stride``: ``[max(0, n - window), n)``, then both ends up by ``stride``,
 until a window starts at position 0 (so the top is always reranked last). Each window of two or more items
 asks the LLM (prompt ``seara_rerank_listwise``, passages numbered from 1, whitespace collapsed and cut to
-``doc_chars`` characters) for ``{"order": [...]}``. The reply is read leniently: numbers outside 1..m and
+``doc_chars`` characters) for ``{"order": [...]}`` (a RankGPT chain "[2] > [4] > [1]" or a bare JSON list is
+read as that order, :func:`read_order`). The reply is read leniently: numbers outside 1..m and
 repeats are dropped, numbers written as ``"3"`` or ``"[3]"`` accepted, and the numbers it leaves out follow in
 their previous order (counted as ``incomplete_order``). A reply naming no valid number (``unusable_order``),
 an unparseable reply or a failed call keeps the window's order and is counted in ``failures``. The windows of
@@ -31,11 +32,13 @@ from pydantic import BaseModel, Field
 
 from convrag.errors import ConvragError
 from convrag.llm import LLM, load_prompt
-from convrag.seara.rewrite import DEFAULT_CONCURRENCY, LLMTally
+from convrag.seara.rewrite import DEFAULT_CONCURRENCY, LLMTally, list_reply
 
 PROMPT = "seara_rerank_listwise"
 COST_RANKS = {"none": 0, "cross_encoder": 1, "llm": 2}
 _NUMBER = re.compile(r"\s*\[?\s*(\d+)\s*\]?\s*")
+#: RankGPT's own reply form: bracketed numbers joined by ">" ("[2] > [4] > [1]")
+_CHAIN = re.compile(r"\[\s*\d+\s*\](?:\s*>\s*\[\s*\d+\s*\])+")
 
 
 class RerankError(ConvragError, ValueError):
@@ -65,6 +68,15 @@ def _heads(queries: Mapping[str, str], rankings: Mapping[str, Sequence[str]], te
             raise RerankError(f"rerank: query {qid!r}: {len(missing)} ranked id(s) have no text, first {missing[0]!r}")
         out[qid] = (head, items[cut:])
     return out
+
+
+def read_order(text: str) -> dict[str, Any] | None:
+    """A listwise reply that is not the asked JSON object, as ``{"order": [...]}``: a RankGPT chain
+    ("[2] > [4] > [1]", its numbers in order) anywhere in the reply, else a bare JSON list; else None."""
+    chain = _CHAIN.search(text)
+    if chain is not None:
+        return {"order": [int(n) for n in re.findall(r"\d+", chain.group())]}
+    return list_reply("order")(text)
 
 
 def windows(n: int, window: int, stride: int) -> list[tuple[int, int]]:
@@ -151,7 +163,7 @@ class ListwiseReranker:
                 qid, start, end = job
                 passages = [self._passage(texts[c]) for c in heads[qid][start:end]]
                 messages = load_prompt(PROMPT).render(query=queries[qid], passages=passages)
-                return list(self.llm.structured(messages, WindowOrder).value.order)
+                return list(self.llm.structured(messages, WindowOrder, fallback=read_order).value.order)
 
             batch = self.tally.batch(self.llm, jobs, ask, self.concurrency)
             for i, (qid, start, end) in enumerate(jobs):

@@ -4,7 +4,8 @@ each is retrieved, and the lists are fused with reciprocal rank fusion.
 Definitions:
 
 - *Variants* (:meth:`QueryRewriter.variants`): the original query first, then up to ``n_queries`` LLM queries
-  (prompt ``seara_query_variants``, structured reply ``{"queries": [...]}``) in reply order, each stripped;
+  (prompt ``seara_query_variants``, structured reply ``{"queries": [...]}``, a bare JSON list read as that list)
+  in reply order, each stripped;
   blanks, non-strings and repeats (of the original or of an earlier variant, compared casefolded with
   whitespace collapsed) dropped, then the first ``n_queries`` kept. A failed or unparseable call gives the
   original query alone and is counted in ``failures`` by reason (``call_failed``, ``unparseable``); it never
@@ -23,7 +24,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 
-from convrag.llm import LLM, BatchResult, load_prompt, run_batch
+from convrag.llm import LLM, BatchResult, ParseError, extract_json, load_prompt, run_batch
 from convrag.llm.types import EndpointUnreachable, LLMFailure, UnparsableReply
 from convrag.metrics.pr_auc.inputs import fuse_rankings
 
@@ -79,6 +80,22 @@ class LLMTally:
                 **llm}
 
 
+def list_reply(field: str) -> Callable[[str], dict[str, Any] | None]:
+    """A ``fallback`` for :meth:`LLM.structured` whose schema is the one list ``field``: a reply that is a whole
+    bare JSON list (alone or in a code fence, nothing around it, not cut off) is read as ``{field: list}``;
+    anything else as None."""
+
+    def read(text: str) -> dict[str, Any] | None:
+        try:
+            value, repairs = extract_json(text)
+        except ParseError:
+            return None
+        whole = not {"surrounding_text", "truncated"} & set(repairs)
+        return {field: value} if isinstance(value, list) and whole else None
+
+    return read
+
+
 def _key(text: str) -> str:
     return " ".join(text.split()).casefold()
 
@@ -128,7 +145,7 @@ class QueryRewriter:
 
     def _ask(self, query: str) -> list[str]:
         messages = load_prompt(PROMPT).render(query=query, n=self.n_queries)
-        return list(self.llm.structured(messages, QueryVariants).value.queries)
+        return list(self.llm.structured(messages, QueryVariants, fallback=list_reply("queries")).value.queries)
 
     def variants(self, queries: Mapping[str, str]) -> dict[str, list[str]]:
         """{query id: [original, variant 1, ...]} (module docstring), in the order of ``queries``."""
