@@ -20,6 +20,7 @@ The corpus repo name ``OkayestProgrammer/MTR-DOCUMENT`` is our assumption: no re
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -105,6 +106,10 @@ class MTRBench(BenchmarkBuilder):
         names = list(BENCH_VIEWS) if {"test", "train"} & set(found) else []
         if "corpus" in found:
             names.append("corpus")
+        if not names:
+            release = str(options.get("release") or "12turn")
+            where = "; ".join(looked_for(options.get("source"), n, release) for n in ms.NAMES)
+            raise DataError(f"no MTR-Bench file found: looked for {where}")
         return [c.name for c in cls.BUILDER_CONFIGS if c.name in names]
 
     def _info(self) -> datasets.DatasetInfo:
@@ -121,17 +126,18 @@ class MTRBench(BenchmarkBuilder):
         if view not in VIEW_NAMES:
             raise DataError(f"unknown MTR-Bench config {view!r}; expected one of {list(VIEW_NAMES)}")
         found = ms.specs(self.config.source, release)
-        where = str(self.config.source or "the Hub")
         if view == "corpus":
             corpus = ms.fetch(found.get("corpus"), "corpus")
             if not corpus:
-                raise DataError("config 'corpus' needs an MTR-DOCUMENT corpus, not found in the source", where)
+                raise DataError("config 'corpus' needs an MTR-DOCUMENT corpus, not found: looked for "
+                                + looked_for(self.config.source, "corpus", release))  # fmt: skip
             test = ms.fetch(found.get("test"), "test")
             return [datasets.SplitGenerator(name="test", gen_kwargs={"split": "test", "files": corpus,
                                                                      "bench": test, "corpus_rows": None})]
         files = {s: ms.fetch(found.get(s), s) for s in SPLITS}
         if not any(files.values()):
-            raise DataError("the source holds no test or train split of MTR-Bench", where)
+            raise DataError("the source holds no test or train split of MTR-Bench: looked for "
+                            + "; ".join(looked_for(self.config.source, n, release) for n in SPLITS))
         for s in SPLITS:
             if not files[s]:
                 self.report.add("splits skipped: the source lacks their files", s)
@@ -211,6 +217,19 @@ class MTRBench(BenchmarkBuilder):
                 yield "document", idx, *parser.docs[idx]
 
         return self.sources.spilled(f"mtr-bench:{split}:{release}", files, produce, self.report)
+
+
+def looked_for(source: Any, name: str, release: str) -> str:
+    """Where :func:`~builders.mtr_bench_source.specs` looks for source ``name`` in a local folder ``source``
+    (for an error naming it)."""
+    if isinstance(source, dict):
+        return f"--source {name}=PATH (not given)"
+    if source is None or str(source).startswith(ms.HF):
+        return f"source {name!r} on the Hub"
+    root = os.path.expanduser(str(source))
+    repo = ms.RELEASES[release][name][0].split("/")[1]
+    return (f"{os.path.join(root, name)}.parquet|.jsonl (or {name}*.* in {os.path.join(root, 'data')}, "
+            f"or the release folder {os.path.join(root, repo)})")
 
 
 def _no_items() -> Iterator[tuple]:

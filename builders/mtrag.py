@@ -32,7 +32,7 @@ from convrag.errors import DataError
 from convrag.evaluation.profile import EvaluationProfile
 
 from . import mtrag_parse as mp
-from .mtrag_source import DOMAINS, VIEWS, fetch, iter_corpus, locate, mtrag_paths
+from .mtrag_source import DOMAINS, VIEWS, expected_paths, fetch, iter_corpus, locate, mtrag_paths
 
 SPLIT = "test"
 ALL = "all"
@@ -83,6 +83,14 @@ def required_files(domain: str, view: str) -> list[str]:
     if view in (*VIEWS, "qrels"):
         return ["conversations"] + [f"{d}-{view}" for d in domains_of(domain)]
     return ["conversations"]
+
+
+def missing_error(source: Any, layout: dict[str, str], names: list[str], why: str) -> DataError:
+    """The error of source files ``names`` that a local ``source`` lacks, naming where each was looked for."""
+    paths = expected_paths(source, layout, names)
+    if len(paths) == 1:
+        return DataError(f"not found ({why})", paths[0])
+    return DataError(f"not found: {', '.join(paths)} ({why})")
 
 
 class MTRAGFamily(BenchmarkBuilder):
@@ -138,12 +146,22 @@ class MTRAGFamily(BenchmarkBuilder):
         """The passages of a corpus file, streamed from its one read per export (events into ``report``)."""
         return self.sources.spilled("mtrag-corpus", [path], lambda events: iter_corpus(str(path), events), report)
 
+    def check_companions(self, located: dict[str, str | None]) -> None:
+        """Raise a ``DataError`` naming a source file that the located files cannot be read without (none here)."""
+
     @classmethod
     def default_configs(cls, options: dict[str, Any] | None = None) -> list[str]:
-        """Configs that ``options['source']`` can build (all of them for URL sources)."""
-        located = locate((options or {}).get("source"), cls.layout())
-        return [c.name for c in cls.BUILDER_CONFIGS
-                if all(located.get(n) for n in cls.required_files(c.domain, c.view))]  # fmt: skip
+        """Configs that ``options['source']`` can build (all of them for URL sources); a source that can build
+        none is an error naming the file every non-corpus config needs."""
+        source = (options or {}).get("source")
+        located = locate(source, cls.layout())
+        names = [c.name for c in cls.BUILDER_CONFIGS
+                 if all(located.get(n) for n in cls.required_files(c.domain, c.view))]  # fmt: skip
+        if not names:
+            needed = cls.required_files(ALL, "tasks")
+            raise missing_error(source, cls.layout(), needed, f"every {cls.LABEL} config but *-corpus needs "
+                                f"{', '.join(needed)}; is the source a folder in the mt-rag-benchmark layout?")
+        return names
 
     def _info(self) -> datasets.DatasetInfo:
         return datasets.DatasetInfo(
@@ -160,10 +178,12 @@ class MTRAGFamily(BenchmarkBuilder):
         located = locate(self.config.source, self.layout())
         missing = [n for n in self.required_files(domain, view) if not located.get(n)]
         if missing:
-            hint = " (the corpora are separate downloads; `cited-corpus` configs work without them)" \
-                if view == "corpus" else ""  # fmt: skip
-            raise DataError(f"config {self.config.name} needs {missing}, not found in the source{hint}",
-                            str(self.config.source))  # fmt: skip
+            hint = ("; also looked for unzipped and in corpora/; the corpora are separate downloads, "
+                    "`cited-corpus` configs work without them") if view == "corpus" else ""
+            raise missing_error(self.config.source, self.layout(), missing,
+                                f"config {self.config.name} needs {', '.join(missing)}{hint}")  # fmt: skip
+        if view != "corpus":
+            self.check_companions(located)
         files = fetch(located, self.needed_files(domain, view), dl_manager)
         if view == "corpus":  # read each corpus once per export (spilled to the shared cache), errors unwrapped
             for d in domains_of(domain):
@@ -220,6 +240,15 @@ class MTRAG(MTRAGFamily):
     required_files = staticmethod(required_files)
     needed_files = staticmethod(needed_files)
     parse = staticmethod(mp.parse_mtrag)
+
+    def check_companions(self, located: dict[str, str | None]) -> None:
+        """A domain's task ids are read from its questions file: a domain whose other query files or qrels are
+        in the source but whose questions file is not is an error naming the questions file."""
+        for d in DOMAINS:
+            given = [n for n in (f"{d}-lastturn", f"{d}-rewrite", f"{d}-qrels") if located.get(n)]
+            if given and not located.get(f"{d}-questions"):
+                raise missing_error(self.config.source, self.layout(), [f"{d}-questions"],
+                                    f"{d}'s conversation ids are read from it; {', '.join(given)} name them")
 
     def view_rows(self, data: Any, view: str, wanted: tuple[str, ...]) -> Iterator[tuple[str, dict[str, Any]]]:
         """``conversations`` and the released query views."""

@@ -1,7 +1,9 @@
 """Type checks of MTRAG's ``conversations.json``, run on every conversation before anything is built.
 
 Every problem is a DataError naming the file and the line where the conversation starts, with the
-conversation's number and the path of the bad value (``messages[3].contexts[0].score``) in the message.
+conversation's number and the path of the bad value (``messages[3].contexts[0].score``) in the message. A
+label of which a task has one (``SINGLE_LABELS``: Answerability, Multi-Turn, Standalone Type) listing two
+different values is an error too: keeping the first would drop the other without a word.
 
 Decisions on empty texts:
 
@@ -26,6 +28,8 @@ from convrag.jsonl import REQUIRED, type_name, typed_field
 NO_REFERENCE = "tasks without a reference answer: the agent reply is empty or missing (targets left empty)"
 EMPTY_PASSAGE = "cited passages without text (kept, with empty text)"
 DIFFERING = "cited passages with differing texts (first kept)"
+#: labels of which a task has exactly one (written as one string column); Question Type may list several
+SINGLE_LABELS = ("Answerability", "answerability", "Multi-Turn", "Standalone Type")
 _STR = (str,)
 _NUMBER = (int, float)
 
@@ -47,17 +51,21 @@ class Checker:
         except DataError as err:
             raise DataError(f"{self.what}: {err}", self.path, self.line) from None
 
-    def label(self, obj: Any, name: str, prefix: str = "") -> None:
-        """A label (answerability, question type...): absent, a string or a list of strings."""
+    def label(self, obj: Any, name: str, prefix: str = "", single: bool = False) -> None:
+        """A label (answerability, question type...): absent, a string or a list of strings; a ``single`` label
+        (``SINGLE_LABELS``) lists one value at most (repeats of it allowed)."""
         value = self.get(obj, name, (str, list), prefix)
         if isinstance(value, list) and not all(isinstance(v, str) for v in value):
             self.fail(f"{prefix}{name} must be a string or a list of strings, got a list holding "
                       f"{type_name(next(v for v in value if not isinstance(v, str)))}")  # fmt: skip
+        if single and isinstance(value, list) and len(set(value)) > 1:
+            self.fail(f"{prefix}{name} holds {len(set(value))} different labels {list(dict.fromkeys(value))}; a task "
+                      "has one (the release lists one), so none can be chosen")  # fmt: skip
 
-    def labels(self, obj: dict, name: str, prefix: str = "") -> None:
-        """Enrichments: an object whose values are labels."""
+    def labels(self, obj: dict, name: str, prefix: str = "", single: tuple[str, ...] = ()) -> None:
+        """Enrichments: an object whose values are labels (those named in ``single``: one value at most)."""
         for key in self.get(obj, name, (dict,), prefix) or {}:
-            self.label(obj[name], key, f"{prefix}{name}.")
+            self.label(obj[name], key, f"{prefix}{name}.", single=key in single)
 
 
 def check_conversation(conv: Any, path: str, line: int, number: int) -> None:
@@ -86,7 +94,7 @@ def _check_message(at: Checker, m: Any, prefix: str) -> None:
     at.get(m, "text", _STR, prefix, required=True, empty=speaker != "user")
     at.get(m, "timestamp", (int,), prefix)
     at.get(m, "original_text", _STR, prefix)
-    at.labels(m, "enrichments", prefix)
+    at.labels(m, "enrichments", prefix, single=SINGLE_LABELS)
     for j, alt in enumerate(at.get(m, "alternatives", (list,), prefix) or []):
         where = f"{prefix}alternatives[{j}]."
         at.get(alt, "text", _STR, where, required=True)

@@ -107,6 +107,10 @@ CONVERSATION_FEATURES = schema.conversation_features(
 )
 
 
+#: build-report event: a domain's tasks without qrels are all written ``scored: false``
+QRELS_MISSING = "qrels files missing from the source (their domain's tasks are not scored)"
+
+
 @dataclass
 class MtragData:
     """Everything the MTRAG configs are made of, for the domains whose files were given."""
@@ -174,6 +178,9 @@ def _parse(key: tuple) -> MtragData:
                 data.add("query files missing from the source", f"{d}_{v}.jsonl")
     ids = _conversation_ids(records, conv_path, queries, query_files, data)
     qrels = {d: read_qrels(files[f"{d}-qrels"]) for d in DOMAINS if files.get(f"{d}-qrels")}
+    for d in DOMAINS:
+        if d not in qrels:
+            data.add(QRELS_MISSING, f"{d}/qrels/dev.tsv")
     rel_by_task: dict[str, list[str]] = {}
     for rows in qrels.values():
         for qid, did, score, _line in rows:

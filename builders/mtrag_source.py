@@ -145,6 +145,15 @@ def locate(source: Any, layout: dict[str, str]) -> dict[str, str | None]:
     return located
 
 
+def expected_paths(source: Any, layout: dict[str, str], names: list[str]) -> list[str]:
+    """Where each of ``names`` was looked for in a local ``source`` (its folder, or the ``root`` of a mapping):
+    the upstream path (the first of ``_local_candidates``); the bare name without a local folder."""
+    root = source.get("root") if isinstance(source, dict) else source
+    if root is None or is_url(str(root)):
+        return list(names)
+    return [os.path.join(os.path.expanduser(str(root)), layout[n]) for n in names]
+
+
 def fetch(located: dict[str, str | None], names: list[str], dl_manager: Any) -> dict[str, str | None]:
     """Local paths of ``names`` (URLs downloaded with ``dl_manager``; a missing local file stays None)."""
     out: dict[str, str | None] = {}

@@ -18,10 +18,11 @@ Collection names are normalised to the short domain names (``ibmcloud`` and the 
 ``cloud``...) and task ids to ``<cid><::><turn>`` (``::`` accepted); both are counted in the build report.
 
 Every task is checked as it is read (errors name reference.jsonl and the line): missing fields, wrong types
-(a target or context that is not an object, labels that are not strings or lists of strings), an empty
-user message or question, an empty file. Counted in the build report and kept: targets with empty text
-(left out of ``targets``; a task left with none has no reference answer, and generation scoring refuses it),
-reference passages without text, empty agent messages in ``input``.
+(a target or context that is not an object, labels that are not strings or lists of strings, an answerability,
+Multi-Turn or Standalone Type listing two different labels, ``answerability`` and ``Answerability`` fields that
+disagree), an empty user message or question, an empty file. Counted in the build report and kept: targets with
+empty text (left out of ``targets``; a task left with none has no reference answer, and generation scoring refuses
+it), reference passages without text, empty agent messages in ``input``, domains without a qrels file.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from convrag.jsonl import read_jsonl
 
 from . import mtrag_parse as mp
 from .mtrag import MTRAGFamily, domains_of, make_configs
-from .mtrag_check import NO_REFERENCE, Checker, cite, count_empty_passages
+from .mtrag_check import NO_REFERENCE, SINGLE_LABELS, Checker, cite, count_empty_passages
 from .mtrag_source import (
     COLLECTIONS,
     DOMAINS,
@@ -100,6 +101,9 @@ def _parse(key: tuple) -> UNData:
         raise DataError("the file holds no tasks", path)
     count_empty_passages(data.cited, data.add)
     qrels = {d: read_qrels(files[f"{d}-qrels"]) for d in DOMAINS if files.get(f"{d}-qrels")}
+    for d in DOMAINS:
+        if d not in qrels:
+            data.add(mp.QRELS_MISSING, f"qrels/{d}.tsv")
     by_id = {t["task_id"]: t for t in data.tasks}
     for d, rows in qrels.items():
         where = files[f"{d}-qrels"]
@@ -168,8 +172,11 @@ def _task(obj: dict, path: str, line: int, seen: dict[str, int], data: UNData) -
     if sum(m["speaker"] == "user" for m in messages) != turn:
         raise DataError(f"task {tid}: turn {turn} but {sum(m['speaker'] == 'user' for m in messages)} user "
                         "messages in input", path, line)  # fmt: skip
-    for name in ("answerability", "Multi-Turn", "Question Type", "Standalone Type"):
-        at.label(obj, name)
+    for name in ("answerability", "Answerability", "Multi-Turn", "Question Type", "Standalone Type"):
+        at.label(obj, name, single=name in SINGLE_LABELS)
+    if "Answerability" in obj and mp.enrichment(obj["Answerability"]) != mp.enrichment(obj["answerability"]):
+        at.fail(f"fields 'answerability' {obj['answerability']!r} and 'Answerability' {obj['Answerability']!r} "
+                "disagree")  # fmt: skip
     answerability = mp.first(obj["answerability"])
     if answerability not in ANSWERABILITY:
         raise DataError(f"task {tid}: unknown answerability {answerability!r}", path, line)

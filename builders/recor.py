@@ -19,6 +19,7 @@ lists the configs a source can build: domains whose files a local folder lacks a
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,13 +111,24 @@ class RECOR(BenchmarkBuilder):
 
     @classmethod
     def default_configs(cls, options: dict[str, Any] | None = None) -> list[str]:
-        """Configs that ``options['source']`` can build (all for URL sources; local: domains present)."""
+        """Configs that ``options['source']`` can build (all for URL sources; local: domains present, corpus
+        configs of a release layout where their corpus file is too); a local folder without any benchmark file is
+        an error naming the file looked for."""
         source = (options or {}).get("source")
         if source is None or is_url(str(source)):
             return [c.name for c in cls.BUILDER_CONFIGS]
-        present = set(rs.available_domains(rs.locate(source)))
+        located = rs.locate(source)
+        present = set(rs.available_domains(located))
+        if not present:
+            raise rs.missing_benchmark(str(source))
+        # a flat folder without documents.jsonl builds empty corpus configs, skipped and reported as such
+        corpora = present if located.get(rs.FLAT) else {d for d in present if located.get(f"{d}-corpus")}
+
+        def buildable(domains: set[str], domain: str) -> bool:
+            return bool(domains) if domain == ALL else domain in domains
+
         return [c.name for c in cls.BUILDER_CONFIGS
-                if (c.domain == ALL and present) or c.domain in present]  # fmt: skip
+                if buildable(corpora if c.view == "corpus" else present, c.domain)]  # fmt: skip
 
     def _info(self) -> datasets.DatasetInfo:
         return datasets.DatasetInfo(
@@ -142,8 +154,12 @@ class RECOR(BenchmarkBuilder):
                 path = located.get(f"{d}-{kind}")
                 files[f"{d}-{kind}"] = dl_manager.download(path) if path and is_url(path) else path
         if not any(files.get(f"{d}-benchmark") for d in domains):
-            raise DataError(f"config {self.config.name} needs {[f'{d}-benchmark' for d in domains]}, "
-                            "not found in the source", str(self.config.source))  # fmt: skip
+            raise rs.missing_benchmark(str(self.config.source), None if self.config.domain == ALL else domains[0])
+        built = [d for d in domains if files.get(f"{d}-benchmark")]
+        if self.config.view == "corpus" and not any(files.get(f"{d}-corpus") for d in built):
+            path = os.path.join(os.path.expanduser(str(self.config.source)), rs.release_paths()[f"{built[0]}-corpus"])
+            raise DataError(f"not found (config {self.config.name} needs {built[0]}-corpus; also looked for it in "
+                            "corpus/ and directly in the folder)", path)  # fmt: skip
         return files, domains
 
     def _split_generators(self, dl_manager: datasets.DownloadManager) -> list[datasets.SplitGenerator]:

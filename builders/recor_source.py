@@ -82,6 +82,20 @@ def locate(source: Any) -> dict[str, str | None]:
     return located
 
 
+def missing_benchmark(root: str, domain: str | None = None) -> DataError:
+    """The error of a local folder without the benchmark file of ``domain`` (None: of any domain): a flat
+    sample's ``benchmark.jsonl`` is named where the folder has its ``documents.jsonl``, else the release path."""
+    root = os.path.expanduser(root)
+    if os.path.isfile(os.path.join(root, "documents.jsonl")):
+        return DataError("not found (a flat RECOR folder needs it beside documents.jsonl)",
+                         os.path.join(root, "benchmark.jsonl"))  # fmt: skip
+    if domain is not None:
+        return DataError(f"not found (the {domain} configs need it; also looked for it in benchmark/ and directly "
+                         "in the folder)", os.path.join(root, release_paths()[f"{domain}-benchmark"]))  # fmt: skip
+    return DataError("holds no RECOR benchmark file: looked for data/benchmark/<Domain>_benchmark.jsonl (also in "
+                     "benchmark/ or directly in the folder, e.g. Law_benchmark.jsonl) and a flat benchmark.jsonl", root)
+
+
 def available_domains(located: dict[str, str | None]) -> list[str]:
     """Domains whose benchmark file the source holds (for a flat folder: the domains found in it)."""
     if located.get(FLAT):

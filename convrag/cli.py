@@ -557,7 +557,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", help="split of a built --queries folder (default: its evaluation split)")
     p.add_argument("--query-strategy", help="how a multi-turn query becomes text (default: the space's, baseline)")
     p.add_argument("--max-queries", type=int, help="use the first N queries only")
-    p.add_argument("--out", help="new (or empty) output folder: leaderboard, chosen.yaml, plots (default: "
+    p.add_argument("--out", help="new or empty output folder, or one `convrag select` wrote before: leaderboard, "
+                                 "chosen.yaml, plots (default: "
                                  "results/BENCHMARK/NAME-select for a built --queries folder, else "
                                  "results/custom/STEM-select)")
     p.add_argument("--judge", metavar="SPEC", help="judge LLM spec (default: the space's judge.model, else "

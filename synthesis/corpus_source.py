@@ -2,14 +2,16 @@
 
 Every document needs an id (``_id`` or ``id``: a string or an integer, read as a string) and a non-empty
 string ``text``; ``title`` is optional. A bad document is an error naming its file and line (JSONL) or row
-(Parquet); nothing is skipped. Files are read in sorted order and dealt to datatrove tasks round-robin
-(task r reads files r, r + W, ...), so a corpus in several files is read in parallel.
+(Parquet), and a Parquet file pyarrow cannot read (cut, damaged) is one error naming it; nothing is skipped.
+Files are read in sorted order and dealt to datatrove tasks round-robin (task r reads files r, r + W, ...), so a
+corpus in several files is read in parallel.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,20 +109,41 @@ def _document(obj: Any, where: str, line: int) -> tuple[str, str, str]:
     return str(doc_id), title or "", text
 
 
+def unreadable_parquet(err: Exception, path: str) -> DataError:
+    """The one-line error of a Parquet file pyarrow cannot read (cut, damaged, not Parquet): pyarrow's reason on
+    one line, without the path it repeats."""
+    reason = " ".join(str(err).split())
+    reason = re.sub(r"^Could not open Parquet input source '.*?': ", "", reason)
+    return DataError(f"not a readable Parquet file ({reason})", path)
+
+
+def parquet_file(path: str) -> pq.ParquetFile:
+    """``path`` opened as Parquet; a truncated or damaged file (no footer, bad metadata) is one ``DataError``."""
+    try:
+        return pq.ParquetFile(path)
+    except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError, its IO errors OSErrors
+        raise unreadable_parquet(err, path) from None
+
+
+def _parquet_rows(handle: pq.ParquetFile, columns: list[str], path: str) -> Iterator[dict[str, Any]]:
+    """The rows of ``columns``; a data page that cannot be read (cut or damaged) is one ``DataError``."""
+    try:
+        for batch in handle.iter_batches(columns=columns, batch_size=1024):
+            yield from batch.to_pylist()
+    except (OSError, ValueError) as err:
+        raise unreadable_parquet(err, path) from None
+
+
 def iter_file(path: str) -> Iterator[tuple[int, str, str, str]]:
     """(line or row number, id, title, text) of every document of one file; ids are unique within the file."""
     seen: dict[str, int] = {}
     if _kind(path) == "parquet":
-        try:
-            handle = pq.ParquetFile(path)
-        except OSError as err:
-            raise DataError(f"not a readable Parquet file ({err})", path) from None
+        handle = parquet_file(path)
         names = set(handle.schema_arrow.names)
         if "text" not in names or not names & {"_id", "id"}:
             raise DataError("needs columns 'text' and '_id' (or 'id')", path)
         columns = [c for c in ("_id", "id", "title", "text") if c in names]
-        rows = (row for batch in handle.iter_batches(columns=columns, batch_size=1024) for row in batch.to_pylist())
-        numbered: Iterator[tuple[int, Any]] = enumerate(rows, start=1)
+        numbered: Iterator[tuple[int, Any]] = enumerate(_parquet_rows(handle, columns, path), start=1)
         where = f"{path} row"
     else:
         numbered = iter_jsonl(text_lines(path), path)
@@ -139,7 +162,7 @@ def count_documents(files: CorpusFiles) -> int:
     total = 0
     for path in files.files:
         if _kind(path) == "parquet":
-            total += pq.ParquetFile(path).metadata.num_rows
+            total += parquet_file(path).metadata.num_rows
         else:
             total += sum(1 for line in text_lines(path) if line.strip())
     return total

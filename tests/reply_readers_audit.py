@@ -7,6 +7,7 @@ the product's messages are those the harness rendered from the reader's ``fields
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -14,12 +15,12 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from convrag.audit.items import AuditDoc, AuditItem, AuditSet
-from convrag.audit.mtr_eval import Completeness, NegativeSampler, RatingReply, judge_item, make_dimension
+from convrag.audit.mtr_eval import Completeness, NegativeSampler, judge_item, make_dimension
 from convrag.audit.mtr_eval import document_text as mtr_document_text
 from convrag.audit.pooling import LLMRelevanceJudge, history_summary
 from convrag.audit.pooling import document_text as pool_document_text
 from convrag.audit.recor_judges import ANSWER_CHARS, DOCUMENT_CHARS, conversation_fields, judge_conversation, judge_turn
-from convrag.audit.verdict import judge_call, parse_rating
+from convrag.audit.verdict import judge_call
 from convrag.evaluation.data import BenchmarkData
 from convrag.evaluation.profile import EvaluationProfile
 from convrag.llm import LLM, JudgeEnsemble, Message, load_prompt
@@ -86,6 +87,15 @@ def verdict(schema: Any, parse: Any) -> Callable[[LLM, list[Message]], Any]:
         return None if error else value
 
     return read
+
+
+def query_evidence(llm: LLM, messages: list[Message]) -> Any:
+    """Q-E's verdict as :func:`judge_item` asks for it (its parse, and its parse of a cut-off reply), on the bridge
+    question (Q-E's parse does not depend on the request)."""
+    dim = make_dimension("query_evidence")
+    value, _, _, error = judge_call(llm, messages, dim.schema(None), functools.partial(dim.parse, None),
+                                    cut_parse=functools.partial(dim.parse, None, cut=True))
+    return None if error else value
 
 
 def mtr_rating(dimension: str) -> Callable[[LLM, list[Message]], Any]:
@@ -251,7 +261,7 @@ RECOR_FIELDS = {
 READERS: dict[str, Reader] = {
     "audit_query_evidence": Reader(
         fields={"query": "When did it open?", "document": BRIDGE, "history": HISTORY},
-        read=verdict(RatingReply, parse_rating), check_request=no_json_instruction),
+        read=query_evidence, check_request=no_json_instruction),
     "audit_answer_quality": Reader(
         fields={"query": BEE_ITEM.query, "history": _history(BEE_ITEM), "answer": BEE_ITEM.answer,
                 "documents": [mtr_document_text(d) for d in BEES]},

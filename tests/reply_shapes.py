@@ -9,6 +9,7 @@ Each prompt has a corpus file ``tests/fixtures/reply_shapes/<prompt>.yaml``::
           The document states the date outright.
           **Rating:** 5
         expect: 5                                        # the reading; null: no reading (a counted failure)
+        finish: stop                                     # optional finish reason (length: cut off at max_tokens)
 
 and a :class:`Reader` in one of the ``tests/reply_readers_*.py`` modules (``READERS``: prompt name -> reader) that
 renders the prompt with realistic fields and reads a reply the way the product does. The server answers every
@@ -83,9 +84,11 @@ def load_corpus(prompt: str) -> list[dict[str, Any]]:
     return replies
 
 
-def read_over_http(server: Any, prompt: str, reader: Reader, text: str) -> Any:
-    """The reading of reply ``text`` to ``prompt`` through ``reader`` over HTTP; None when there is none."""
+def read_over_http(server: Any, prompt: str, reader: Reader, text: str, finish: str = "stop") -> Any:
+    """The reading of reply ``text`` to ``prompt`` through ``reader`` over HTTP; None when there is none.
+    ``finish``: the finish reason the server reports (``length``: cut off at max_tokens)."""
     server.responder = lambda body: text
+    server.finish_reason = finish
     first = len(server.requests)
     llm = get_llm(f"openai:judge-model@{server.url};response_format={reader.response_format};max_retries=0;"
                   "timeout=5;breaker=0", cache=False, structured_attempts=2, **reader.options)
@@ -97,6 +100,7 @@ def read_over_http(server: Any, prompt: str, reader: Reader, text: str) -> Any:
             got = None
     finally:
         llm.close()
+        server.finish_reason = "stop"
     if reader.check_request is not None:
         for body in server.requests[first:first + 1]:
             reader.check_request(body)
@@ -109,7 +113,7 @@ def check_prompt(server: Any, prompt: str, reader: Reader) -> None:
     assert len(replies) >= MIN_REPLIES, f"{prompt}: {len(replies)} replies in the corpus, at least {MIN_REPLIES}"
     wrong = []
     for r in replies:
-        got = read_over_http(server, prompt, reader, r["text"])
+        got = read_over_http(server, prompt, reader, r["text"], r.get("finish", "stop"))
         ok = got is None if r["expect"] is NO_READING else got is not None and matches(r["expect"], got)
         if not ok:
             wrong.append(f"  {r['shape']!r}: expected {r['expect']!r}, read {got!r}")

@@ -38,6 +38,8 @@ class FakeServer:
         self.script: list[str] = []
         self.requests: list[dict] = []
         self.responder: Callable[[dict], str] | None = None
+        #: the finish_reason of every ``ok`` reply ("length": cut off at max_tokens)
+        self.finish_reason = "stop"
         self.lock = threading.Lock()
         server = self
 
@@ -75,7 +77,7 @@ class FakeServer:
                     content = GOOD
                 return self._send(200, json.dumps({
                     "id": "c1", "object": "chat.completion", "created": 0, "model": body["model"],
-                    "choices": [{"index": 0, "finish_reason": "stop",
+                    "choices": [{"index": 0, "finish_reason": server.finish_reason,
                                  "message": {"role": "assistant", "content": content}}],
                     "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}))
 

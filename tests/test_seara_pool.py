@@ -159,7 +159,8 @@ def test_judging_dedupes_counts_failures_and_caches(tmp_path: Path) -> None:
     assert pseudo.relevant("q1") == ["c1", "c2"] and pseudo.relevant("q2") == ["d2"]
     summary = pseudo.summary()
     assert (summary["pairs"], summary["unique"], summary["judged_pairs"], summary["failed_pairs"]) == (8, 7, 5, 3)
-    assert summary["llm"]["calls"] == 7 and summary["llm"]["cache_misses"] == 7 and summary["llm"]["failures"] == 3  # every judgment without a grade
+    llm = summary["llm"]
+    assert llm["calls"] == 7 and llm["cache_misses"] == 7 and llm["failures"] == 3  # every judgment without a grade
     assert summary["signature"].startswith(pool.signature + "/judge-") and summary["pool"]["pairs"] == 8
 
     # rerun on the same cache: only the call that failed is made again (answered replies are cached, bad or not)

@@ -292,7 +292,7 @@ def test_select_command_end_to_end(hotpot: dict, tmp_path: Path, monkeypatch: py
     assert rc == 0
     assert {p.name for p in out.iterdir()} == {"leaderboard.md", "leaderboard.csv", "leaderboard.json", "chosen.yaml",
                                                "pr_curves.png", "pr_curves.csv", "pools", "report.json",
-                                               "interaction.png"}
+                                               "interaction.png", ".convrag-out.json"}
     assert sorted(p.name for p in (out / "pools").iterdir()) == ["01-stage-chunking", "02-stage-retrieval",
                                                                   "03-stage-combine", "04-final-common-pool"]
     assert (out / "pools" / "04-final-common-pool" / "pseudo-qrels.trec").read_text().strip()

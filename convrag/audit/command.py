@@ -9,16 +9,21 @@ import re
 from pathlib import Path
 from typing import Any
 
-from convrag.errors import ConvragError
+from convrag.errors import ConvragError, EmptyResult
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """``convrag audit``: load every folder, judge (or estimate with ``--dry-run``), write and print the results."""
+    """``convrag audit``: load every folder, judge (or estimate with ``--dry-run``), write and print the results.
+
+    ``--out`` is claimed (:func:`convrag.out_folder.claim_out`) before any judge call: never an audited folder or
+    one holding it, never a folder of the user's own. When a requested dimension (or a ``--missed`` estimate) got
+    no usable verdict, the outputs are written marked incomplete and :class:`EmptyResult` names what failed."""
     from convrag.audit.items import load_items
-    from convrag.audit.report import heatmap, render, summarize
+    from convrag.audit.report import coverage, empty_dimensions, heatmap, render, summarize
     from convrag.audit.runner import estimate, make_judges, parse_dimensions, run_audit, write_verdicts
     from convrag.hub import resolve_folder
     from convrag.llm.spec import PLACEHOLDER_WARNING, REAL_MODEL_HINT, SPEC_ENV, is_placeholder
+    from convrag.out_folder import check_not_input, claim_out
     from convrag.progress import wanted
     from convrag.synthesis.engine import write_json_atomic
 
@@ -40,6 +45,7 @@ def run_command(args: argparse.Namespace) -> int:
     if len({s.benchmark for s in sets}) != len(sets):
         raise ConvragError("two folders have the same benchmark and folder name; give folders distinct names")
     if args.dry_run:
+        check_not_input(out, args.folders)
         print(f"Dry run: {', '.join(dimensions)}; nothing is called or written.")
         print(f"{'folder':<28} {'judge':<36} {'calls':>8} {'prompt tok':>12} {'output tok':>11} {'cost':>10}")
         for audit_set in sets:
@@ -51,25 +57,36 @@ def run_command(args: argparse.Namespace) -> int:
               + (" The --missed relevance calls (one per pooled unlabelled document and per labelled document of "
                  "each turn) are not included." if args.missed else ""))
         return 0
+    claim_out(out, args.folders, "audit")
     judges = make_judges(specs, args.cache, args.concurrency)
     progress = wanted(args.no_progress)
     runs = [run_audit(s, judges, dimensions, seed=args.seed, negatives=args.negatives,
                       concurrency=args.concurrency, progress=progress) for s in sets]
-    out.mkdir(parents=True, exist_ok=True)
     n = write_verdicts(out / "verdicts.jsonl", runs)
     summary = summarize(runs)
+    cover = coverage(runs, dimensions)
     summary.update(dimensions=dimensions, judges=specs, sample=args.sample, seed=args.seed, negatives=args.negatives,
-                   llm={j.spec: j.report.to_dict() for j in judges})
+                   llm={j.spec: j.report.to_dict() for j in judges}, coverage=cover)
+    empty = empty_dimensions(cover)
     if args.missed:
         summary["missed"] = _audit_missed(args, sets, judges, out)
+        empty += [f"the missed-relevant estimate {stem} ({m['candidates']} candidates: {m['failed']} failed; "
+                  "calibration included, " + ", ".join(f"{k} {kind}" for kind, k in sorted(m["failures"].items()))
+                  + ")" for stem, m in summary["missed"].items() if m["candidates"] and not m["judged"]]
+    failed = f"no usable verdict for {'; '.join(empty)}" if empty else None
+    summary = {"complete": not empty, **({"incomplete": failed} if failed else {}), **summary}
     write_json_atomic(out / "summary.json", summary)
     text = render(summary)
     (out / "summary.md").write_text(text, encoding="utf-8")
     plot = heatmap(summary, out / "heatmap.png")
+    if plot is None:  # no score to draw: an earlier run's plot must not stay beside these results
+        (out / "heatmap.png").unlink(missing_ok=True)
     print(text)
     print(f"Wrote {out}/verdicts.jsonl ({n:,} verdicts), summary.json, summary.md" + (", heatmap.png" if plot else ""))
     if any(is_placeholder(j) for j in judges):
         print(f"\nWarning: {PLACEHOLDER_WARNING}. To measure, {REAL_MODEL_HINT.replace('point it', 'point --judge')}.")
+    if failed:
+        raise EmptyResult(f"{failed}; the outputs in {out} are marked incomplete")
     return 0
 
 

@@ -185,9 +185,10 @@ class Dimension:
     def schema(self, request: Request) -> type[BaseModel]:
         return RatingReply
 
-    def parse(self, request: Request, text: str) -> int | None:
-        """The free-text fallback: the authors' rule, the last rating line 1-5."""
-        return parse_rating(text)
+    def parse(self, request: Request, text: str, cut: bool = False) -> int | None:
+        """The free-text fallback: the authors' rule, the last rating line 1-5 (only an explicit rating line when
+        the reply was ``cut`` off at max_tokens)."""
+        return parse_rating(text, labelled_only=cut)
 
     def verdict(self, request: Request, value: int | None, rationale: str, raw: str, error: str | None,
                 judge: str) -> Verdict:
@@ -253,8 +254,9 @@ class Completeness(Dimension):
     def schema(self, request: Request) -> type[BaseModel]:
         return choice_schema(len(request.extra["candidates"]))
 
-    def parse(self, request: Request, text: str) -> int | None:
-        return read_choice(text, len(request.extra["candidates"]))
+    def parse(self, request: Request, text: str, cut: bool = False) -> int | None:
+        """The named document; none from a reply ``cut`` off at max_tokens (its end is not a verdict)."""
+        return None if cut else read_choice(text, len(request.extra["candidates"]))
 
     def verdict(self, request: Request, value: int | None, rationale: str, raw: str, error: str | None,
                 judge: str) -> Verdict:
@@ -297,6 +299,7 @@ def judge_item(llm: LLM, dimension: str | Dimension, item: AuditItem, audit_set:
     out = []
     for req in requests:
         value, rationale, raw, error = judge_call(llm, req.messages, dim.schema(req),
-                                                  functools.partial(dim.parse, req), params=params)
+                                                  functools.partial(dim.parse, req), params=params,
+                                                  cut_parse=functools.partial(dim.parse, req, cut=True))
         out.append(dim.verdict(req, value, rationale, raw, error, llm.spec))
     return out

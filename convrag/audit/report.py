@@ -4,16 +4,22 @@ distributions, per-judge table) and ``heatmap.png`` (judge x dimension), from th
 Every mean is ``metrics/audit``'s: per judge over readable verdicts, then the unweighted mean over judges.
 Comp. is an accuracy in [0, 1] (chance 1/8 with 8 candidates); the table also shows it x 5, the likely
 convention behind the paper's 5-point "Comp." column.
+
+:func:`coverage` says, per benchmark and requested dimension, how many judge requests came back usable; a
+dimension asked about whose every request failed or was unreadable is an empty result (:func:`empty_dimensions`),
+and ``summary["complete"]`` is False with the reason in ``summary["incomplete"]`` (the first line of summary.md).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from convrag.audit import mtr_eval, recor_judges
-from convrag.audit.runner import AuditRun, item_domain
+from convrag.audit.runner import CONVERSATION_DIMENSIONS, AuditRun, item_domain
+from convrag.audit.verdict import failure_kind
 from convrag.metrics.audit.aggregate import aggregate_labels, aggregate_scores
 from convrag.metrics.audit.judging import LABEL_SETS
 
@@ -51,6 +57,61 @@ def summarize(runs: Sequence[AuditRun]) -> dict[str, Any]:
     return out
 
 
+def coverage(runs: Sequence[AuditRun], dimensions: Sequence[str]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per benchmark and requested dimension: ``requests`` (verdicts that needed a judge call, every judge counted;
+    a label set by rule, such as a first turn's dependency type, is none but is counted in ``by_rule``),
+    ``items`` (distinct items or conversations asked about), ``usable`` (requests that gave a score, or a label for
+    label dimensions), ``failed`` (the others by kind: ``call failed``, ``unparseable``) and ``not_applicable``
+    (units not asked)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    conversation_dims = [d for d in dimensions if d in CONVERSATION_DIMENSIONS]
+    for run in runs:
+        slots = {d: {"requests": 0, "items": set(), "usable": 0, "failed": Counter(), "not_applicable": 0,
+                     "by_rule": 0} for d in dimensions}
+        for v in run.verdicts:
+            if v.extra.get("rule"):
+                if v.dimension in slots:
+                    slots[v.dimension]["by_rule"] += 1
+                continue
+            for d in conversation_dims if v.dimension == "conversation" else [v.dimension]:
+                if d not in slots:
+                    continue
+                slot = slots[d]
+                slot["requests"] += 1
+                slot["items"].add(v.item_id)
+                if (v.label if d in LABEL_SETS else v.score) is not None:
+                    slot["usable"] += 1
+                else:
+                    slot["failed"][failure_kind(v.error or "no value")] += 1
+        for reason, n in run.not_applicable.items():
+            unit = reason.split(":", 1)[0]
+            for d in conversation_dims if unit == "conversation" else [unit]:
+                if d in slots:
+                    slots[d]["not_applicable"] += n
+        out[run.audit_set.benchmark] = {d: {**s, "items": len(s["items"]), "failed": dict(s["failed"])}
+                                        for d, s in slots.items()}
+    return out
+
+
+def empty_dimensions(cover: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[str]:
+    """One phrase per (benchmark, dimension) of :func:`coverage` that was asked about and has no usable verdict,
+    with its counts (the benchmark named when there are several); a benchmark where nothing at all was asked
+    or labelled by rule (every unit not applicable) is one phrase too."""
+    several = len(cover) > 1
+    out = []
+    for bench, dims in cover.items():
+        where = f" of {bench}" if several else ""
+        for dim, s in dims.items():
+            if s["requests"] and not s["usable"]:
+                kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(s["failed"].items()))
+                out.append(f"{dim}{where} ({s['items']} items, {s['requests']} requests: {kinds})")
+        if dims and not any(s["requests"] or s["by_rule"] for s in dims.values()):
+            skipped = sum(s["not_applicable"] for s in dims.values())
+            out.append(f"any dimension{where} (nothing was asked" + (f": {skipped} units not applicable)"
+                                                                    if skipped else ")"))
+    return out
+
+
 def _cell(value: float | None, digits: int = 2) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
@@ -64,8 +125,9 @@ def _rows(summary: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
 
 
 def render(summary: Mapping[str, Any]) -> str:
-    """The Markdown tables."""
-    lines = ["## MTR-Eval (mean over judges; Comp. = accuracy of picking the gold among the shown candidates, "
+    """The Markdown tables, under an ``INCOMPLETE: ...`` line when ``summary["complete"]`` is False."""
+    lines = [f"INCOMPLETE: {summary.get('incomplete')}", ""] if summary.get("complete") is False else []
+    lines += ["## MTR-Eval (mean over judges; Comp. = accuracy of picking the gold among the shown candidates, "
              "chance = mean of 1 / candidates)", "",
              "| Benchmark | Comp. | Comp. x5 | chance | Q-E | A-E | Qual. |", "|---|---|---|---|---|---|---|"]
     for name, agg in _rows(summary):

@@ -58,15 +58,18 @@ _VERDICT_LINE = re.compile(r"^[ \t>*_#-]*(?:rating|score|grade|document(?: id)?)
 _JUSTIFICATION = re.compile(r"^\s*\**\s*(?:justification|rationale)\s*\**\s*:?\s*\**\s*", re.I)
 
 
-def parse_rating(text: str, low: int = 1, high: int = 5) -> int | None:
+def parse_rating(text: str, low: int = 1, high: int = 5, *, labelled_only: bool = False) -> int | None:
     """The rating in a free-text reply: the last "Rating" label (optionally bold, optional colon; "Score" and
     "Grade" too) followed by an integer in ``[low, high]``; else the last standalone integer in range anywhere in the
     text; else None. The MTR-Eval authors' rule, with two exceptions where it misreads: a last labelled rating out
     of range ("**Rating:** 9") is no verdict (theirs falls through to any digit in the reasoning), and the scale of
-    "4/5" or "4 out of 5" is never taken for the rating (their last-digit rule reads "Score: 4/5" as 5)."""
+    "4/5" or "4 out of 5" is never taken for the rating (their last-digit rule reads "Score: 4/5" as 5).
+    ``labelled_only``: no last-digit fallback (for a reply cut off before its verdict line)."""
     labelled = [int(m.group(1)) for m in _RATING.finditer(text)]
     if labelled:
         return labelled[-1] if low <= labelled[-1] <= high else None
+    if labelled_only:  # a reply cut off at max_tokens: any digit of the unfinished reasoning is no verdict
+        return None
     loose = [int(m.group(1)) for m in _NUMBER.finditer(text) if low <= int(m.group(1)) <= high]
     return loose[-1] if loose else None
 
@@ -102,8 +105,8 @@ def failure_kind(error: str) -> str:
 
 
 def judge_call(llm: LLM, messages: list[Message], schema: type[BaseModel],
-               fallback_parse: Callable[[str], Any | None], *,
-               params: SamplingParams | None = None) -> tuple[Any | None, str, str, str | None]:
+               fallback_parse: Callable[[str], Any | None], *, params: SamplingParams | None = None,
+               cut_parse: Callable[[str], Any | None] | None = None) -> tuple[Any | None, str, str, str | None]:
     """Ask a judge and read its verdict: ``(value, rationale, raw reply, error)``.
 
     Where the backend constrains structured replies (``not llm.free_text``), structured output against ``schema``
@@ -111,7 +114,8 @@ def judge_call(llm: LLM, messages: list[Message], schema: type[BaseModel],
     ``fallback_parse`` (a server that ignored the requested format). Where nothing is enforced, the prompt's own
     free-text format, read by ``fallback_parse`` from one reply (None: no verdict). ``value`` is None exactly when
     ``error`` is set: ``"unparseable: ..."`` (the judge answered, nothing could be read) or ``"call failed: ..."``
-    (no answer after retries).
+    (no answer after retries). A free-text reply cut off at ``max_tokens`` (finish reason ``length``) is read by
+    ``cut_parse`` instead when given (e.g. only an explicit rating line: the reasoning was never finished).
     :class:`EndpointUnreachable` propagates: a dead endpoint is fatal for the run, not a per-item failure.
     """
     field = _verdict_field(schema)
@@ -122,16 +126,19 @@ def judge_call(llm: LLM, messages: list[Message], schema: type[BaseModel],
 
     try:
         if llm.free_text:  # one reply, read as the authors read it: a re-ask would change what the judge saw
-            read = llm.read(messages, fallback_parse, params, attempts=1)
-            return read.value, free_text_rationale(read.text), read.text, None
+            comp = llm.chat(messages, params)
+            cut = comp.finish_reason == "length" and cut_parse is not None
+            value = (cut_parse if cut else fallback_parse)(comp.text)
+            if value is None:
+                why = "cut off at max_tokens before a verdict line" if cut else "no verdict line in the reply"
+                llm.report.record_failure(f"{llm.spec}: unparseable: {why}")
+                return None, free_text_rationale(comp.text), comp.text, f"unparseable: {why}: {comp.text[-200:]!r}"
+            return value, free_text_rationale(comp.text), comp.text, None
         parsed = llm.structured(messages, schema, params, fallback=candidate)
     except EndpointUnreachable:
         raise
     except UnparsableReply as exc:
-        text = exc.last_text or ""
-        if llm.free_text:
-            return None, free_text_rationale(text), text, f"unparseable: no verdict line in the reply: {text[-200:]!r}"
-        return None, "", text, f"unparseable: {exc}"
+        return None, "", exc.last_text or "", f"unparseable: {exc}"
     except LLMFailure as exc:
         return None, "", "", f"call failed: {exc}"
     return getattr(parsed.value, field), parsed.value.rationale.strip(), parsed.text, None

@@ -13,6 +13,7 @@ import functools
 import glob
 import hashlib
 import os
+import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -109,7 +110,8 @@ class Folder:
                 names = None if columns is None else [c for c in columns if c in pq.read_schema(path).names]
                 out.append((path, pq.read_table(path, columns=names)))
             except Exception as err:  # pyarrow raises several types for unreadable files
-                raise DataError(f"cannot read Parquet file: {err}", path) from None
+                reason = re.sub(r"^Could not open Parquet input source '.*?': ", "", " ".join(str(err).split()))
+                raise DataError(f"cannot read Parquet file: {reason}", path) from None
         self._sizes[(config, split)] = [(path, len(table)) for path, table in out]
         return out
 

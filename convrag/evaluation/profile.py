@@ -160,26 +160,49 @@ def _plain(obj: Any) -> Any:
 
 
 def profile_of(manifest: Mapping[str, Any], source: str | None = None) -> EvaluationProfile:
-    """The profile a built folder declares (README ``convrag.evaluation``); folders built before profiles
-    existed fall back to their builder's current ``EVALUATION``. ``source`` (the README) is named in errors."""
-    if manifest.get("evaluation"):
-        try:
-            return EvaluationProfile.from_dict(manifest["evaluation"])
-        except ConvragError as err:
-            if source is None:
-                raise
-            raise DataError(f"{err} (in convrag.evaluation)", source) from None
-    from convrag.builders import get_builder_class
+    """The profile a built folder is evaluated with (``source``, the README, is named in errors):
 
+    * a complete ``convrag.evaluation`` block (every key of :class:`EvaluationProfile`, as ``convrag build``
+      writes it) is used as it is, whatever the benchmark is called: the README declares how it is scored, and a
+      benchmark convrag has no builder for is evaluated by its own profile;
+    * a partial block of a registered benchmark completes its builder's ``EVALUATION`` (the keys it gives win);
+      without a block (folders built before profiles existed) the builder's ``EVALUATION`` is used;
+    * an unregistered benchmark without a complete block is refused, naming the known benchmarks and the keys
+      its block lacks: no key is filled with a default that no one declared.
+    """
+    declared = manifest.get("evaluation")
+    benchmark = str(manifest.get("benchmark"))
+    if declared and isinstance(declared, Mapping) and not _missing_keys(declared):
+        return _read(declared, source)
+    from convrag.builders import available, get_builder_class
+
+    if benchmark not in available():
+        lacks = f"its convrag.evaluation block lacks {_missing_keys(declared)}" if declared \
+            else "the README has no convrag.evaluation block"  # fmt: skip
+        raise DataError(f"unknown benchmark {benchmark!r} (known: {', '.join(available())}) and {lacks}: it cannot "
+                        "be evaluated by a profile of its own", source)  # fmt: skip
+    profile = getattr(get_builder_class(benchmark), "EVALUATION", None)
+    if profile is None:
+        raise DataError(f"benchmark {benchmark!r} declares no evaluation profile", source)
+    if not declared:
+        return profile
+    return _read({**profile.to_dict(), **declared} if isinstance(declared, Mapping) else declared, source)
+
+
+def _read(declared: Any, source: str | None) -> EvaluationProfile:
+    """:meth:`EvaluationProfile.from_dict`, its errors naming ``source`` (the README) where given."""
     try:
-        profile = getattr(get_builder_class(str(manifest.get("benchmark"))), "EVALUATION", None)
+        return EvaluationProfile.from_dict(declared)
     except ConvragError as err:
         if source is None:
             raise
-        raise DataError(f"{err} (the README has no convrag.evaluation block to fall back on)", source) from None
-    if profile is None:
-        raise DataError(f"benchmark {manifest.get('benchmark')!r} declares no evaluation profile", source)
-    return profile
+        raise DataError(f"{err} (in convrag.evaluation)", source) from None
+
+
+def _missing_keys(declared: Any) -> list[str]:
+    """Keys of :class:`EvaluationProfile` that a declared profile (a mapping) does not give."""
+    given = declared if isinstance(declared, Mapping) else {}
+    return [f.name for f in fields(EvaluationProfile) if f.name not in given]
 
 
 def config_name(pattern: str, subset: str) -> str:

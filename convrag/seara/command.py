@@ -9,30 +9,87 @@ Output folder (written beside it under a temporary name and swapped in when comp
     interaction.png                 mean PR-AUC by the factorial's first two varied dimensions (when there is one)
     pools/NN-LABEL/                 each judged pool (the final one last): leaderboard, pr_curves, pseudo-qrels
                                     (pseudo-qrels/ Parquet in the qrels layout, .json, .trec)
-    report.json                     settings, queries, judge cost (calls, cache hits, tokens, cost), components'
-                                    LLM reports, chunk counts, failed judgments, racing rounds
+    report.json                     ``complete``, settings, queries, judge cost (calls, cache hits, tokens, cost),
+                                    components' LLM reports, chunk counts, failed judgments, racing rounds
+
+--out is claimed by :func:`convrag.out_folder.claim_out` once the inputs are read: never an input or a folder
+holding one, never a user's non-empty folder; a folder an earlier ``convrag select`` wrote is replaced whole.
+When a pool cannot be scored because every query has a failed judgment (failed calls, unreadable replies), the
+pools judged so far and ``report.json`` (``"complete": false`` and the reason) are written, no leaderboard or
+choice, and :class:`~convrag.errors.EmptyResult` names the pool and the counts (exit 1).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import json
 import math
 import os
 import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from convrag.errors import ConvragError
-from convrag.out_folder import check_out, replacing
+from convrag.errors import ConvragError, EmptyResult
+from convrag.out_folder import OWNER_MARKER, check_not_input, claim_out, replacing
+
+COMMAND = "select"
+#: the search's refusal to score a pool in which every query has a failed judgment
+_NO_SCORE = re.compile(r"^\[(?P<pool>[^\]]+)\] every query has a failed judgment \((?P<pairs>\d+) failed pairs, "
+                       r"(?P<failures>\{[^}]*\})\)")
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "pool"
 
 
-def _check_out(out: Path) -> None:
+def _check_out(out: Path, inputs: Sequence[Any]) -> None:
+    """Refuse, before anything is read, an --out that is a file, an input or holds one, or a non-empty folder that
+    no ``convrag select`` wrote (:func:`claim_out` checks the same when it takes the folder)."""
+    if out.exists() and not out.is_dir():
+        raise ConvragError(f"{out}: --out names an existing file, not a folder")
+    check_not_input(out, inputs)
     if out.is_dir() and any(out.iterdir()):
-        raise ConvragError(f"{out}: --out must be a new or empty folder (this one has files; nothing was changed)")
+        try:
+            owner = json.loads((out / OWNER_MARKER).read_text(encoding="utf-8")).get("command")
+        except (OSError, ValueError, AttributeError):
+            owner = None
+        if owner != COMMAND:
+            raise ConvragError(f"{out}: --out must be a new or empty folder, or one an earlier `convrag select` "
+                               "wrote (this one has other files; nothing was changed)")
+
+
+@contextmanager
+def _claimed(out: Path, inputs: Sequence[Any]) -> Iterator[Path]:
+    """:func:`claim_out`'s folder; a run that fails (other than by an empty result, whose output is kept) leaves
+    no folder it created and no marker in a folder it found empty."""
+    created = [p for p in (out, *out.parents) if not p.exists()]
+    fresh = not (out.is_dir() and any(out.iterdir()))
+    target = claim_out(out, inputs, COMMAND)
+    try:
+        yield target
+    except EmptyResult:
+        raise
+    except BaseException:
+        if fresh:
+            (target / OWNER_MARKER).unlink(missing_ok=True)
+            for folder in created:  # deepest first, only while empty
+                with suppress(OSError):
+                    folder.rmdir()
+        raise
+
+
+def _no_score(err: Exception) -> str | None:
+    """The one-line reason of a pool the search could not score for failed judgments, else None."""
+    m = _NO_SCORE.match(str(err))
+    if m is None:
+        return None
+    failures = ast.literal_eval(m["failures"])
+    kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(failures.items()))
+    return (f"pool {m['pool']!r}: every query has a failed judgment, nothing can be scored ({m['pairs']} failed "
+            f"pairs; unique judgments failed: {kinds})")
 
 
 def _curves(result: Any) -> dict[str, dict[str, Any]]:
@@ -91,21 +148,53 @@ def _dry_run(space: Any, n_queries: int, echo: Any) -> None:
                  f"(window {window}, stride {stride}, depth {depth})")
 
 
+def _pool_entry(p: Any) -> dict[str, Any]:
+    """One judged pool in report.json."""
+    return {"label": p.label, "configurations": [c.name for c in p.configurations], "queries": len(p.query_ids),
+            "signature": p.pseudo.signature, "winner": p.pick.winner, "failed_queries": p.failed_queries,
+            "judgments": p.pseudo.summary()}
+
+
+def _write_result(tmp: Path, found: Any, space: Any, settings: dict[str, Any], runner: Any) -> None:
+    """A finished search into ``tmp``: the final pool's leaderboard and curves, chosen.yaml, the interaction plot
+    and report.json (``settings`` first)."""
+    from convrag.seara.report import plot_interaction, write_choice
+    from convrag.synthesis.engine import write_json_atomic
+
+    final, chosen = found.final, found.chosen
+    write_pool(tmp, final, space, qrels=False)
+    write_choice(tmp / "chosen.yaml", chosen.name, chosen.as_dict(),
+                 {k: v for k, v in final.scores[chosen.name].items() if isinstance(v, (int, float))},
+                 final.pseudo.signature or "", reason=final.pick.reason)  # fmt: skip
+    factorial = found.factorial
+    if factorial is not None:
+        varied = list(factorial.effects["levels"])
+        plot_interaction(tmp / "interaction.png", factorial.effects, varied[0], varied[1],
+                         title=f"SEARA {factorial.label}: {varied[0]} x {varied[1]}",
+                         pool_signature=factorial.pseudo.signature)  # fmt: skip
+    write_json_atomic(tmp / "report.json", {
+        "complete": True, **settings, "judge_totals": found.judge_totals(), "chosen": chosen.name,
+        "reason": final.pick.reason, "pools": [_pool_entry(p) for p in found.pools], "rounds": found.rounds,
+        "runner": runner.report(),
+        "factorial": None if factorial is None else {"pool": factorial.label, **factorial.effects}})  # fmt: skip
+
+
 def run_command(args: argparse.Namespace) -> int:
     """``convrag select``: read, search, write (module docstring), print the leaderboard and the choice."""
     from convrag.llm import get_llm
     from convrag.llm.spec import PLACEHOLDER_MODEL, REAL_MODEL_HINT, SPEC_ENV, is_placeholder
     from convrag.progress import scope, wanted
     from convrag.seara.inputs import query_texts, read_corpus, read_turns
-    from convrag.seara.report import leaderboard, plot_interaction, write_choice
+    from convrag.seara.report import leaderboard
     from convrag.seara.runner import Runner
     from convrag.seara.search import Searcher
     from convrag.seara.space import load_space
+    from convrag.seara.stats import SelectionError
     from convrag.synthesis.engine import write_json_atomic
 
     out = Path(args.out)
-    _check_out(out)
-    check_out(out, {"queries": str(args.queries), **({"corpus": str(args.corpus)} if args.corpus else {})})
+    inputs = [args.space, args.queries, args.corpus]
+    _check_out(out, inputs)
     if args.max_queries is not None and args.max_queries < 1:
         raise ConvragError(f"--max-queries must be at least 1, got {args.max_queries}")
     if args.max_judgments is not None and args.max_judgments < 1:
@@ -130,50 +219,45 @@ def run_command(args: argparse.Namespace) -> int:
         spec = component_spec if spec == "default" else spec
         return get_llm(spec, cache=args.cache) if args.cache else get_llm(spec)
 
-    progress = wanted(args.no_progress)
-    if not progress:
-        import datasets
+    with _claimed(out, inputs) as target:
+        progress = wanted(args.no_progress)
+        if not progress:
+            import datasets
 
-        datasets.disable_progress_bars()
-    strategy = args.query_strategy or space.queries["strategy"]
-    with scope("select", Path(str(args.queries)).name):
-        queries = query_texts(turns, strategy, llm=make_llm("default"), progress=progress)
-    judge = get_llm(judge_spec, cache=args.cache) if args.cache else get_llm(judge_spec)
-    runner = Runner(space, docs, queries, make_llm, progress=progress)
-    with replacing(out, out.resolve(), overwrite=False, is_build=lambda _: False) as tmp:
-        count = [0]
+            datasets.disable_progress_bars()
+        strategy = args.query_strategy or space.queries["strategy"]
+        with scope("select", Path(str(args.queries)).name):
+            queries = query_texts(turns, strategy, llm=make_llm("default"), progress=progress)
+        judge = get_llm(judge_spec, cache=args.cache) if args.cache else get_llm(judge_spec)
+        runner = Runner(space, docs, queries, make_llm, progress=progress)
+        settings = {"space": str(args.space), "strategy": space.strategy, "depth": space.depth, "seed": space.seed,
+                    "corpus": str(corpus), "documents": len(docs), "queries": len(queries),
+                    "query_strategy": strategy, "judge": judge_spec}  # fmt: skip
+        empty = None
+        with replacing(out, target, overwrite=True, is_build=lambda _: True) as tmp:  # claim_out accepted target
+            claim_out(tmp, (), COMMAND)  # the folder swapped in carries the marker
+            pools: list[Any] = []
 
-        def on_pool(result: Any) -> None:
-            count[0] += 1
-            write_pool(tmp / "pools" / f"{count[0]:02d}-{_slug(result.label)}", result, space)
+            def on_pool(result: Any) -> None:
+                pools.append(result)
+                write_pool(tmp / "pools" / f"{len(pools):02d}-{_slug(result.label)}", result, space)
 
-        found = Searcher(space, runner, judge, on_pool=on_pool).run()
-        final = found.final
-        costs = {c.name: space.cost(c) for c in final.configurations}
-        write_pool(tmp, final, space, qrels=False)
-        chosen = found.chosen
-        write_choice(tmp / "chosen.yaml", chosen.name, chosen.as_dict(),
-                     {k: v for k, v in final.scores[chosen.name].items() if isinstance(v, (int, float))},
-                     final.pseudo.signature or "", reason=final.pick.reason)  # fmt: skip
-        factorial = found.factorial
-        if factorial is not None:
-            varied = list(factorial.effects["levels"])
-            plot_interaction(tmp / "interaction.png", factorial.effects, varied[0], varied[1],
-                             title=f"SEARA {factorial.label}: {varied[0]} x {varied[1]}",
-                             pool_signature=factorial.pseudo.signature)  # fmt: skip
-        totals = found.judge_totals()
-        report = {
-            "space": str(args.space), "strategy": found.strategy, "depth": space.depth, "seed": space.seed,
-            "corpus": str(corpus), "documents": len(docs), "queries": len(queries), "query_strategy": strategy,
-            "judge": judge_spec, "judge_llm": judge.report.to_dict(), "judge_totals": totals,
-            "chosen": chosen.name, "reason": final.pick.reason, "pools": [
-                {"label": p.label, "configurations": [c.name for c in p.configurations], "queries": len(p.query_ids),
-                 "signature": p.pseudo.signature, "winner": p.pick.winner, "failed_queries": p.failed_queries,
-                 "judgments": p.pseudo.summary()} for p in found.pools],
-            "rounds": found.rounds, "runner": runner.report(),
-            "factorial": None if factorial is None else {"pool": factorial.label, **factorial.effects},
-        }  # fmt: skip
-        write_json_atomic(tmp / "report.json", report)
+            try:
+                found = Searcher(space, runner, judge, on_pool=on_pool).run()
+            except SelectionError as err:
+                empty = _no_score(err)
+                if empty is None:
+                    raise
+                write_json_atomic(tmp / "report.json", {
+                    "complete": False, "incomplete": empty, **settings, "judge_llm": judge.report.to_dict(),
+                    "pools": [_pool_entry(p) for p in pools], "runner": runner.report()})  # fmt: skip
+            else:
+                _write_result(tmp, found, space, {**settings, "judge_llm": judge.report.to_dict()}, runner)
+        if empty is not None:
+            raise EmptyResult(f"{empty}; no leaderboard or choice was written, {out}/report.json is marked "
+                              "incomplete")
+    final, chosen, totals = found.final, found.chosen, found.judge_totals()
+    costs = {c.name: space.cost(c) for c in final.configurations}
     print(leaderboard(final.scores, bootstrap=final.boot, costs=costs, judge_calls=final.judge_calls()))
     print(f"\nChosen: {chosen.name} ({final.pick.reason})")
     print(f"Judge: {totals['pools']} pools, {totals['unique']:,} unique judgments, {judge.report.summary()}")
