@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from convrag.errors import ConvragError
 from convrag.llm import LLM, UnparsableReply
@@ -54,6 +54,15 @@ class AlignmentReply(BaseModel):
                                           description="key claims they do not support")
     coverage_percentage: float = Field(ge=0.0, le=1.0, description="share of key claims supported, 0.0 to 1.0")
     is_sufficient: bool = Field(description="whether the documents can support the answer")
+
+    @field_validator("coverage_percentage", mode="before")
+    @classmethod
+    def _percent_text(cls, value: Any) -> Any:
+        """A text such as ``"80%"`` is the fraction 0.8; a bare number is read as written (it must lie in [0, 1])."""
+        text = value.strip() if isinstance(value, str) else ""
+        if text.endswith("%") and text[:-1].strip().replace(".", "", 1).isdigit():
+            return float(text[:-1]) / 100
+        return value
 
 
 def check_alignment(reply: AlignmentReply) -> str | None:

@@ -21,8 +21,9 @@ candidate of a round, in the reply's order, must pass, else it is rejected with 
 
 A judge reply that stays unparsable after the re-asks rejects that candidate (``overlap check unparsable`` /
 ``suitability check unparsable``); an unparsable extraction reply ends the rounds (counted as ``aspects: round
-rejected: reply unparsable after re-asks``). Rounds stop when a round accepts nothing, after ``max_rounds``, or
-once ``max_aspects`` are accepted (later candidates: ``max_aspects reached``).
+rejected: reply unparsable after re-asks``); one cut off at max_tokens loses its last aspect, which the cut may
+have reached. Rounds stop when a round accepts nothing, after ``max_rounds``, or once ``max_aspects`` are accepted
+(later candidates: ``max_aspects reached``).
 
 Items with fewer than ``min_aspects`` accepted aspects are dropped (``aspects: fewer than min_aspects aspects``;
 default 3, the shortest conversation RECOR keeps). Otherwise the aspects are put in conversation order by the
@@ -40,7 +41,7 @@ import re
 from collections import Counter
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from convrag.errors import ConvragError
 from convrag.llm import LLM, UnparsableReply
@@ -93,6 +94,12 @@ class SuitabilityReply(BaseModel):
     reason: str = Field(default="", max_length=400)
     aspect_category: Literal["substantive", "meta", "insufficient"]
 
+    @field_validator("aspect_category", mode="before")
+    @classmethod
+    def _category_case(cls, value: Any) -> Any:
+        """Case and surrounding spaces of the category are ignored (``" Substantive"`` is ``substantive``)."""
+        return value.strip().lower() if isinstance(value, str) else value
+
 
 class OrderReply(BaseModel):
     """The ordering judge's structured reply."""
@@ -121,6 +128,28 @@ def order_check(n: int) -> Any:
                     f"{reply.ordered_indices}")
         return None
     return check
+
+
+def complete_aspects(reply: ExtractionReply) -> ExtractionReply:
+    """A cut-off extraction reply without its last aspect, which the cut may have reached."""
+    return reply.model_copy(update={"aspects": reply.aspects[:-1]})
+
+
+def screen(cand: AspectCandidate, accepted: list[dict[str, Any]], answer: str,
+           share: float = EXCERPT_SHARE) -> tuple[str, dict[str, str] | None]:
+    """Rules 1-4 of the module docstring, which need no call: ``("", aspect)`` with the candidate as an aspect
+    ``{name, type, excerpt}`` (whitespace collapsed, type lower-cased), or ``("rejected: <why>", None)``."""
+    name, excerpt = " ".join(cand.aspect_name.split()), " ".join(cand.excerpt.split())
+    kind = cand.aspect_type.strip().lower()
+    if not name or not excerpt:
+        return "rejected: empty name or excerpt", None
+    if kind not in ASPECT_TYPES:
+        return "rejected: unknown type", None
+    if not excerpt_from(excerpt, answer, share):
+        return "rejected: excerpt not from the answer", None
+    if name.casefold() in {a["name"].casefold() for a in accepted}:
+        return "rejected: duplicate name", None
+    return "", {"name": name, "type": kind, "excerpt": excerpt}
 
 
 def _summaries(aspects: list[dict[str, Any]]) -> list[dict[str, str]]:
@@ -169,17 +198,9 @@ class Aspects(DVStage):
     def _verdict(self, cand: AspectCandidate, accepted: list[dict[str, Any]], answer: str, llm: LLM,
                  tokens: Tokens) -> tuple[str, dict[str, Any] | None]:
         """``("accepted", aspect)`` or ``("rejected: <why>", None)`` for one candidate."""
-        name, excerpt = " ".join(cand.aspect_name.split()), " ".join(cand.excerpt.split())
-        kind = cand.aspect_type.strip().lower()
-        if not name or not excerpt:
-            return "rejected: empty name or excerpt", None
-        if kind not in ASPECT_TYPES:
-            return "rejected: unknown type", None
-        if not excerpt_from(excerpt, answer, self.excerpt_share):
-            return "rejected: excerpt not from the answer", None
-        if name.casefold() in {a["name"].casefold() for a in accepted}:
-            return "rejected: duplicate name", None
-        aspect = {"name": name, "type": kind, "excerpt": excerpt}
+        fate, aspect = screen(cand, accepted, answer, self.excerpt_share)
+        if aspect is None:
+            return fate, None
         if accepted:
             try:
                 overlap = ask(llm, "dv_aspect_overlap", {**aspect, "existing": _summaries(accepted)}, OverlapReply,
@@ -212,7 +233,7 @@ class Aspects(DVStage):
                       "existing": _summaries(accepted)}
             try:
                 reply = ask(llm, "dv_aspect_extract", fields, ExtractionReply,
-                            sampling(0.0, self.cap(EXTRACT_TOKENS)), tokens)
+                            sampling(0.0, self.cap(EXTRACT_TOKENS)), tokens, cut=complete_aspects)
             except UnparsableReply:
                 counts["aspects: round rejected: reply unparsable after re-asks"] += 1
                 break

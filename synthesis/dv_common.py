@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from convrag.errors import ConvragError
-from convrag.llm import LLM, LLMError, SamplingParams, load_prompt, run_batch
+from convrag.llm import LLM, LLMError, SamplingParams, UnparsableReply, load_prompt, run_batch
 from convrag.synthesis.converse import failure_reason, role_estimate, role_llm, spec_label
 from convrag.synthesis.engine import REPORT_FILE, Estimate, StageContext, StageReport
 from convrag.synthesis.records import RecordStage, count_records, read_records
@@ -70,13 +70,28 @@ class Drop(Exception):  # noqa: N818 - a control-flow signal, not an error
 
 
 def ask(llm: LLM, prompt: str, fields: dict[str, Any], schema: type[M], params: SamplingParams, tokens: Tokens,
-        check: Callable[[M], str | None] | None = None) -> M:
+        check: Callable[[M], str | None] | None = None, cut: Callable[[M], M | None] | None = None) -> M:
     """Render prompt file ``prompt`` with ``fields``, get a reply valid against ``schema`` (and ``check``: an
-    error message is fed back and the model re-asked), add its tokens to ``tokens``. LLM errors propagate."""
+    error message is fed back and the model re-asked), add its tokens to ``tokens``. LLM errors propagate.
+
+    A reply cut off at max_tokens (the LLM layer closed its JSON) is read as closed when ``cut`` is None (a judge:
+    its verdict fields are complete or the reply fails the schema), else as ``cut(value)``: the value of its
+    complete pieces, or None (:func:`whole`) for no reading (:class:`UnparsableReply`)."""
     messages = load_prompt(prompt).render(**fields)
     parsed = llm.structured(messages, schema, params, check=check)
     tokens.add(parsed.usage)
-    return parsed.value
+    if cut is None or "truncated" not in parsed.repairs:
+        return parsed.value
+    value = cut(parsed.value)
+    if value is None:
+        raise UnparsableReply(f"{llm.spec}: {prompt}: reply cut off before its JSON closed (max_tokens reached?)",
+                              attempts=parsed.attempts, last_text=parsed.text)
+    return value
+
+
+def whole(value: Any) -> None:
+    """``cut`` of :func:`ask` for a reply whose texts are kept as written: a cut-off reply is no reading."""
+    return None
 
 
 def doc_labels(documents: Sequence[dict[str, Any]]) -> list[str]:
@@ -119,6 +134,7 @@ class DVStage(RecordStage):
     """
 
     upstream: str = ""
+    unit = "items"
     #: a cap on every call's completion tokens (None: each call's own budget)
     max_tokens: int | None = None
 

@@ -48,13 +48,20 @@ class ExtractedFact(BaseModel):
     reason: str = ""
 
 
+class FactSummary(BaseModel):
+    """The reply's own counts (not read; typed so that strict JSON-schema servers accept the schema)."""
+
+    total_extracted: int | None = None
+    supported_count: int | None = None
+
+
 class FactReply(BaseModel):
     """The fact extractor-verifier's structured reply (appendix F's output fields)."""
 
     extracted_facts: list[ExtractedFact] = Field(max_length=10)
     supported_facts: list[str] = Field(default_factory=list, max_length=10)
     unsupported_facts: list[str] = Field(default_factory=list, max_length=10)
-    summary: dict[str, Any] | None = None
+    summary: FactSummary | None = None
 
 
 @functools.cache

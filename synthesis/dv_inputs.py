@@ -197,6 +197,7 @@ class Load(RecordStage):
     """Reads the input items (see the module docstring) into the D&V item schema; no LLM."""
 
     name = "load"
+    unit = "items"
     shard_size = 256
 
     def __init__(self, source: str | None = None, *, input_format: str = "jsonl", documents: str | None = None,
@@ -210,6 +211,8 @@ class Load(RecordStage):
                 raise ConvragError(f"{name} {path}: no such file")
         if source is None:
             raise ConvragError("the load stage needs --input FILE")
+        if domain is not None and str(domain).strip().lower() not in DOMAINS:
+            raise ConvragError(f"domain must be one of RECOR's {', '.join(DOMAINS)}, got {domain!r}")
         self.source, self.input_format, self.documents = source, input_format, documents
         self.negatives, self.domain, self.limit = negatives, domain, limit
 
@@ -218,6 +221,9 @@ class Load(RecordStage):
                 "documents": self.documents and os.path.abspath(self.documents),
                 "negatives": self.negatives and os.path.abspath(self.negatives), "domain": self.domain,
                 "limit": self.limit}
+
+    def input_files(self) -> list[str]:
+        return [p for p in (self.source, self.documents, self.negatives) if p is not None]
 
     def items(self) -> Iterator[dict[str, Any]]:
         """Every input item (skipped ones carry their reason), the first ``limit`` usable ones at most."""

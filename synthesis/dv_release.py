@@ -45,6 +45,7 @@ class Release(Stage):
     """Writes the RECOR release files (see the module docstring); no LLM."""
 
     name = "release"
+    unit = "items"
     upstream = "turns"
 
     def __init__(self, source: str | None = None) -> None:
@@ -52,6 +53,12 @@ class Release(Stage):
 
     def params(self) -> dict[str, Any]:
         return {"method": METHOD, "version": VERSION, "source": self.source_name}
+
+    def empty(self, report: StageReport) -> str | None:
+        """Nothing usable: no conversation, or conversations without a single turn."""
+        if report.records_out and not report.figures.get("turns"):
+            return f"release wrote {report.records_out:,} conversations with 0 turns (of {report.records_in:,} items)"
+        return super().empty(report)
 
     def estimate(self, ctx: StageContext) -> Estimate:
         done = (ctx.out / self.upstream / REPORT_FILE).is_file()

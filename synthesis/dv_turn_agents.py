@@ -22,7 +22,7 @@ import re
 from collections.abc import Sequence
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, field_validator, model_validator
 
 from convrag.synthesis.dv_common import label_to_id
 
@@ -54,6 +54,15 @@ class SubQuestionReply(Reply):
     confidence: float | None = Field(default=None, description="0.0 to 1.0")
     reasoning: str = Field(default="", max_length=300)
 
+    @field_validator("confidence", mode="before")
+    @classmethod
+    def _unread_confidence(cls, value: Any) -> float | None:
+        """The stage does not read the confidence: one that is not a number (``"high"``) is None, not a failure."""
+        try:
+            return None if value is None or isinstance(value, bool) else float(value)
+        except (TypeError, ValueError):
+            return None
+
 
 Score = Field(ge=0, le=10, description="a whole number from 0 to 10")
 
@@ -75,6 +84,12 @@ class DocScoresReply(Reply):
 
     document_scores: list[DocScore]
 
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_list(cls, value: Any) -> Any:
+        """A reply that is only the list of ratings is read as that list (``[{...}, ...]``)."""
+        return {"document_scores": value} if isinstance(value, list) else value
+
 
 @functools.cache
 def scores_schema(n: int) -> type[DocScoresReply]:
@@ -84,32 +99,45 @@ def scores_schema(n: int) -> type[DocScoresReply]:
                         document_scores=(list[DocScore], Field(min_length=1, max_length=n)))
 
 
+def own_flag(value: Any) -> bool | None:
+    """A flag the stage does not read (the model's account of its own reply): true / false or yes / no as
+    written, anything else (``"true|false"`` copied from the prompt) None, so that it never fails a reply."""
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    return True if text in ("true", "yes") else False if text in ("false", "no") else None
+
+
+Flag = Annotated[bool | None, BeforeValidator(own_flag)]
+
+
 class QueryReply(Reply):
     """The user's message (appendix F "Turn 1 Query Generation" / "Follow-up Query Generation"); the flags are
     the model's own account, the stage checks the message itself."""
 
     conversational_query: str = Field(max_length=300)
-    kept_technical_content: bool | None = None
-    natural_language_used: bool | None = None
+    kept_technical_content: Flag = None
+    natural_language_used: Flag = None
     transition_type: str | None = None
-    uses_natural_language: bool | None = None
-    references_previous_content: bool | None = None
+    uses_natural_language: Flag = None
+    references_previous_content: Flag = None
 
 
 class AnswerReply(Reply):
-    """The assistant's answer (appendix F "Grounded Answer Generation")."""
+    """The assistant's answer (appendix F "Grounded Answer Generation"); the flags are not read."""
 
     answer: str = Field(max_length=1500)
-    uses_natural_language: bool | None = None
-    avoids_meta_references: bool | None = None
-    focuses_on_available_info: bool | None = None
+    uses_natural_language: Flag = None
+    avoids_meta_references: Flag = None
+    focuses_on_available_info: Flag = None
 
 
 class DiversityReply(Reply):
     """Whether a new answer adds value (appendix F "Turn Diversity Validation")."""
 
     adds_value: bool
-    value_type: str = Field(default="", max_length=40, description="|".join(VALUE_TYPES))
+    #: only counted (dv_turns.value_kind bounds it to the six types, "other type" or "no type"), never a failure
+    value_type: str = Field(default="", description="|".join(VALUE_TYPES))
     reason: str = Field(default="", max_length=200)
 
 

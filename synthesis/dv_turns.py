@@ -3,7 +3,8 @@ verified aspect, each with its gold documents and retrieval reasoning, then the 
 
 For each aspect of the item, in the conversation order the ``aspects`` stage fixed, until ``max_turns`` turns
 are made (every LLM call goes through :func:`convrag.synthesis.dv_common.ask`; a check that fails is fed back
-and the model re-asked, and a reply that never passes rejects the turn, counted by why):
+and the model re-asked, and a reply that never passes rejects the turn, counted by why; a reply of steps 1, 3, 4
+or 6 cut off at max_tokens is no reading, as its text would be kept cut):
 
 1. **Sub-question** (prompt ``dv_subquestion``): the item's query and reasoning, the aspect's name and type,
    its verified facts and the sub-questions of the turns kept so far. Empty or repeated -> re-ask.
@@ -65,6 +66,7 @@ from convrag.synthesis.dv_common import (
     documents_field,
     label_to_id,
     sampling,
+    whole,
 )
 from convrag.synthesis.dv_turn_agents import (
     VALUE_TYPES,
@@ -188,7 +190,7 @@ class Turns(DVStage):
              judge: bool = False, max_tokens: int | None = None) -> M:
         params = sampling(self.judge_temperature if judge else self.temperature, max_tokens or self.max_tokens)
         try:
-            return ask(llm, prompt, fields, schema, params, tokens, check=check)
+            return ask(llm, prompt, fields, schema, params, tokens, check=check, cut=None if judge else whole)
         except UnparsableReply:
             kind = (checker.last if checker is not None else "") or "unparsable"
             raise _Rejected(f"{step} {kind} after re-asks") from None

@@ -91,3 +91,33 @@ def test_a_line_break_typed_inside_a_string_is_repaired() -> None:
     value, repairs = extract_json(reply)
     assert value == {"answer": "Menthol binds TRPM8.\nThat receptor also senses cold.", "ok": True}
     assert repairs == ["control_characters"]
+
+
+def test_replies_with_a_draft_an_example_comments_or_mixed_quotes() -> None:
+    """Shapes reasoning and chatty models write: a <think> draft, the prompt's example echoed before the answer,
+    // comments, a Python dict whose double-quoted string holds an apostrophe, a nesting too deep to read."""
+    from pydantic import BaseModel
+
+    class Overlap(BaseModel):
+        overlap: bool
+        reason: str
+
+    think = '<think>Maybe {"overlap": false, "reason": "draft"}? No: they share the cause.</think>\n' \
+            '{"overlap": true, "reason": "both describe telomere shortening"}'
+    assert parse_structured(think, Overlap)[0].overlap is True
+    example = ('The format is {"overlap": <true|false>, "reason": "..."}. My answer:\n'
+               '{"overlap": false, "reason": "different mechanisms"}')
+    assert parse_structured(example, Overlap)[0].reason == "different mechanisms"
+    echoed = ('For example: {"overlap": true, "reason": "the two aspects name the same process"}\n\n'
+              'Here: {"overlap": false, "reason": "different mechanisms"}')
+    value, repairs = parse_structured(echoed, Overlap)
+    assert (value.overlap, value.reason) == (False, "different mechanisms") and "several_values" in repairs
+    commented = '{\n  "overlap": true, // they share one cause\n  "reason": "same pathway: see http://x.org/a"\n}'
+    value, repairs = parse_structured(commented, Overlap)
+    assert value.reason == "same pathway: see http://x.org/a" and "comments" in repairs
+    mixed = "{'overlap': False, 'reason': \"it doesn't share a mechanism\"}"
+    assert parse_structured(mixed, Overlap)[0].reason == "it doesn't share a mechanism"
+    with pytest.raises(ParseError, match="nested too deep"):
+        extract_json("[" * 100_000 + "]" * 100_000)
+    chatter = '{"document": 3} - candidate [3] fits best'
+    assert extract_json(chatter)[0] == {"document": 3}

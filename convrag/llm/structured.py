@@ -64,15 +64,32 @@ def schema_name(schema: Schema) -> str:
 
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.S)
+#: a reasoning block some models write before their answer (DeepSeek-R1, Qwen3); a draft inside it is not the answer
+_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
 _TRAILING_COMMA = re.compile(r",(\s*[}\]])")
+_LINE_COMMENT = re.compile(r"//[^\n]*")
 _SMART = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"})
 
 
-def _balanced_span(text: str) -> tuple[str, bool]:
-    """The first JSON object/array in ``text``; the flag is False when it is cut off before closing."""
-    start = min((i for i in (text.find("{"), text.find("[")) if i >= 0), default=-1)
-    if start < 0:
-        raise ParseError("no JSON object or array found in the reply")
+def _spans(text: str) -> list[tuple[str, bool]]:
+    """The top-level JSON objects / arrays in ``text``, in order; the flag is False for one cut off before closing
+    (only the last can be)."""
+    out: list[tuple[str, bool]] = []
+    pos = 0
+    while True:
+        start = min((i for i in (text.find("{", pos), text.find("[", pos)) if i >= 0), default=-1)
+        if start < 0:
+            return out
+        end = _span_end(text, start)
+        if end < 0:
+            out.append((text[start:], False))
+            return out
+        out.append((text[start:end + 1], True))
+        pos = end + 1
+
+
+def _span_end(text: str, start: int) -> int:
+    """The index closing the bracket opened at ``start``; -1 when the text ends first."""
     stack: list[str] = []
     in_str = esc = False
     quote = ""
@@ -93,8 +110,8 @@ def _balanced_span(text: str) -> tuple[str, bool]:
             if stack and stack[-1] == c:
                 stack.pop()
             if not stack:
-                return text[start:i + 1], True
-    return text[start:], False
+                return i
+    return -1
 
 
 def _close_truncated(s: str) -> str:
@@ -126,8 +143,12 @@ def _outside_strings(s: str, fn: Any) -> str:
     return "".join(p if i % 2 else fn(p) for i, p in enumerate(parts))
 
 
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"|\'((?:[^\'\\]|\\.)*)\'')
+
+
 def _single_to_double(s: str) -> str:
-    return re.sub(r"'((?:[^'\\]|\\.)*)'", lambda m: json.dumps(m.group(1).replace("\\'", "'")), s)
+    """Single-quoted strings as JSON strings; double-quoted ones (which may hold an apostrophe) left alone."""
+    return _QUOTED.sub(lambda m: m.group(0) if m.group(1) is None else json.dumps(m.group(1).replace("\\'", "'")), s)
 
 
 _PY_LITERALS = (("True", "true"), ("False", "false"), ("None", "null"))
@@ -139,38 +160,19 @@ def _python_literals(s: str) -> str:
     return s
 
 
-def extract_json(text: str) -> tuple[Any, list[str]]:
-    """Parse the JSON value in a model reply; returns it with the names of the repairs applied.
+_STEPS = (
+    ("smart_quotes", lambda x: x.translate(_SMART)),
+    ("comments", lambda x: _outside_strings(x, lambda p: _LINE_COMMENT.sub("", p))),
+    ("trailing_comma", lambda x: _outside_strings(x, lambda p: _TRAILING_COMMA.sub(r"\1", p))),
+    ("python_literals", lambda x: _outside_strings(x, _python_literals)),
+    ("single_quotes", _single_to_double),
+)
 
-    Repairs are trivial and safe: code fences and chatter around the value, trailing commas,
-    Python literals, single quotes, typographic quotes, raw control characters (a line break typed inside a
-    string) and a reply cut off before its closing brackets.
-    """
-    s = text.strip()
-    try:
-        return json.loads(s), []
-    except json.JSONDecodeError:
-        pass
-    repairs: list[str] = []
-    fence = _FENCE.search(s)
-    if fence:
-        s = fence.group(1).strip()
-        repairs.append("code_fence")
-    span, closed = _balanced_span(s)
-    if span != s:
-        repairs.append("surrounding_text")
-    s = span
-    if not closed:
-        s = _close_truncated(s)
-        repairs.append("truncated")
-    steps = (
-        ("smart_quotes", lambda x: x.translate(_SMART)),
-        ("trailing_comma", lambda x: _outside_strings(x, lambda p: _TRAILING_COMMA.sub(r"\1", p))),
-        ("python_literals", lambda x: _outside_strings(x, _python_literals)),
-        ("single_quotes", _single_to_double),
-    )
+
+def _loads(s: str, repairs: list[str]) -> Any:
+    """``json.loads`` of one JSON text, applying the repair steps in turn until it parses."""
     last_err: Exception | None = None
-    for name, fn in (("", lambda x: x), *steps):
+    for name, fn in (("", lambda x: x), *_STEPS):
         fixed = fn(s)
         if fixed != s:
             s = fixed
@@ -178,14 +180,74 @@ def extract_json(text: str) -> tuple[Any, list[str]]:
         elif name:
             continue
         try:
-            return json.loads(s), repairs
+            return json.loads(s)
         except json.JSONDecodeError as exc:
             last_err = exc
     try:
-        return json.loads(s, strict=False), [*repairs, "control_characters"]
+        value = json.loads(s, strict=False)
+    except json.JSONDecodeError:
+        raise ParseError(f"reply is not valid JSON ({last_err})") from None
+    repairs.append("control_characters")
+    return value
+
+
+def json_candidates(text: str) -> list[tuple[Any, list[str]]]:
+    """Every JSON value a model reply holds, in order, each with the names of the repairs applied; raises
+    :class:`ParseError` when there is none.
+
+    Repairs are trivial and safe: a ``<think>`` block dropped (a draft there is not the answer), code fences and
+    chatter around the value, ``//`` comments, trailing commas, Python literals, single quotes, typographic quotes,
+    raw control characters (a line break typed inside a string) and a reply cut off before its closing brackets.
+    A value nested too deep for Python's JSON reader is a :class:`ParseError`.
+    """
+    try:
+        return _candidates(text)
+    except RecursionError:
+        raise ParseError("reply is nested too deep to read as JSON") from None
+
+
+def _candidates(text: str) -> list[tuple[Any, list[str]]]:
+    s = text.strip()
+    try:
+        return [(json.loads(s), [])]
     except json.JSONDecodeError:
         pass
-    raise ParseError(f"reply is not valid JSON ({last_err}): {text[:200]!r}")
+    head: list[str] = []
+    if _THINK.search(s):
+        s = _THINK.sub("", s).strip()
+        head.append("think")
+    fences = [f.strip() for f in _FENCE.findall(s)]
+    if fences:
+        head.append("code_fence")
+    out: list[tuple[Any, list[str]]] = []
+    error: ParseError | None = None
+    for block in fences or [s]:
+        spans = _spans(block)
+        for span, closed in spans:
+            repairs = list(head)
+            if span != block:
+                repairs.append("surrounding_text")
+            if not closed:
+                span = _close_truncated(span)
+                repairs.append("truncated")
+            try:
+                out.append((_loads(span, repairs), repairs))
+            except ParseError as exc:
+                error = exc
+    if out:
+        return out
+    if error is not None:
+        raise ParseError(f"{error}: {text[:200]!r}")
+    raise ParseError(f"no JSON object or array found in the reply: {text[:200]!r}")
+
+
+def extract_json(text: str) -> tuple[Any, list[str]]:
+    """The JSON value of a model reply, with the names of the repairs applied (see :func:`json_candidates`). Where
+    the reply holds several, the last object (a draft or the prompt's example may come first, and a bracketed
+    ``[3]`` in the chatter after an object is not the answer); with no object, the last value."""
+    candidates = json_candidates(text)
+    objects = [c for c in candidates if isinstance(c[0], dict)]
+    return (objects or candidates)[-1]
 
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
@@ -248,9 +310,21 @@ def validate(obj: Any, schema: Schema, repairs: list[str] | None = None) -> Any:
 
 
 def parse_structured(text: str, schema: Schema) -> tuple[Any, list[str]]:
-    """Extract, repair and validate; raises :class:`ParseError` with a message fit to send back."""
-    obj, repairs = extract_json(text)
-    return validate(obj, schema, repairs), repairs
+    """Extract, repair and validate; raises :class:`ParseError` with a message fit to send back. Where the reply
+    holds several JSON values, the last one that validates (an example copied from the prompt may come first)."""
+    candidates = json_candidates(text)
+    error: ParseError | None = None
+    for obj, repairs in reversed(candidates):
+        try:
+            value = validate(obj, schema, repairs)
+        except ParseError as exc:
+            error = error or exc
+            continue
+        if len(candidates) > 1:
+            repairs.append("several_values")
+        return value, repairs
+    assert error is not None
+    raise error
 
 
 def dump_value(value: Any) -> Any:
