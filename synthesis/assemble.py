@@ -238,6 +238,7 @@ class Assemble(Stage):
     the run has no curate stage."""
 
     name = "assemble"
+    unit = "conversations"
 
     def __init__(self, source: str | None = None, *, corpus_config: str | None = None, layout: str = "splice",
                  switch_ratio: float = 0.5, test_size: int = 1000, test_fraction: float = 0.2) -> None:
@@ -256,6 +257,11 @@ class Assemble(Stage):
         return {"source": self.source, "corpus_config": self.corpus_config, "layout": self.layout,
                 "switch_ratio": self.switch_ratio, "test_size": self.test_size, "test_fraction": self.test_fraction}
 
+    def input_files(self) -> list[str]:
+        from convrag.synthesis.corpus_source import corpus_files
+
+        return list(corpus_files(self.source, self.corpus_config).files) if self.source is not None else []
+
     def _input(self, ctx: StageContext) -> Path:
         """The polish stage's records when it finished, else the converse stage's (an error if unfinished)."""
         polish = ctx.out / "polish"
@@ -271,9 +277,8 @@ class Assemble(Stage):
         folder = self._input(ctx)
         records = list(read_records(folder))
         conversations, dropped = assemble(records, layout=self.layout, switch_ratio=self.switch_ratio, seed=ctx.seed)
-        if not conversations:
-            raise ConvragError(f"{folder}: no conversation to assemble ({len(records)} records; dropped: "
-                               f"{dict(dropped) or 'none'})")  # fmt: skip
+        if not conversations:  # nothing to write: the engine stops the run with the drops per reason
+            return StageReport(self.name, records_in=len(records), records_out=0, dropped=dict(dropped))
         test, train = split(conversations, test_size=self.test_size, test_fraction=self.test_fraction, seed=ctx.seed)
         ref = CorpusRef(ctx.out, self.source, self.corpus_config)
         docs = fetch_documents(ref, {d for c in conversations for t in c["turns"] for d in t["doc_ids"]})

@@ -36,7 +36,7 @@ from convrag.synthesis.engine import (
     StageReport,
     write_table_atomic,
 )
-from convrag.synthesis.knn import knn_graph
+from convrag.synthesis.knn import check_index, knn_graph
 from convrag.synthesis.shards import count_rows, iter_shard, shard_files
 from convrag.synthesis.text import ngram_jaccard
 from convrag.synthesis.traversal import greedy_traversal, random_clusters
@@ -56,6 +56,7 @@ class Cluster(Stage):
     """Embedding + kNN + clustering of the curated corpus (see the module docstring)."""
 
     name = "cluster"
+    unit = "documents"
 
     def __init__(self, source: str | None = None, *, corpus_config: str | None = None, model: str | None = None,
                  batch_size: int = 64, max_seq_length: int | None = None, block: int = 4096, k: int = 100,
@@ -66,6 +67,9 @@ class Cluster(Stage):
             raise ConvragError(f"cluster method must be one of {', '.join(METHODS)}, got {method!r}")
         if cluster_size < 1 or k < 1 or block < 1 or batch_size < 1:
             raise ConvragError("cluster_size, k, block and batch_size must be at least 1")
+        if max_seq_length is not None and max_seq_length < 1:
+            raise ConvragError(f"max_seq_length must be a whole number >= 1, got {max_seq_length}")
+        check_index(index, index_options or {})
         if near_duplicate_jaccard is not None and not 0 < near_duplicate_jaccard <= 1:
             raise ConvragError(f"near_duplicate_jaccard must be in (0, 1], got {near_duplicate_jaccard}")
         self.source, self.corpus_config = source, corpus_config
@@ -88,6 +92,9 @@ class Cluster(Stage):
                 "block": self.block}
 
     # -- input ---------------------------------------------------------------------------------------------
+    def input_files(self) -> list[str]:
+        return list(corpus_files(self.source, self.corpus_config).files) if self.source is not None else []
+
     def _curated(self, ctx: StageContext) -> Path | None:
         if self.after_curate:
             return ctx.stage_folder("curate") / "corpus"

@@ -51,6 +51,15 @@ def role_llm(spec: str | None, ctx: StageContext, concurrency: int) -> LLM:
     return get_llm(spec, cache=DiskCache(ctx.out / CACHE_DIR), report=ctx.llm_report, max_concurrency=concurrency)
 
 
+def check_spec(option: str, spec: str | None) -> None:
+    """Refuse an LLM spec that does not parse, naming the option that gave it."""
+    if spec is not None:
+        try:
+            parse_spec(spec)
+        except LLMError as err:
+            raise ConvragError(f"{option}: {err}") from None
+
+
 def spec_label(spec: str | None) -> str:
     """The spec as recorded in params.json (options after ``;`` left out: they may hold keys)."""
     return (spec or "$CONVRAG_LLM or default").split(";")[0]
@@ -93,6 +102,7 @@ class Converse(RecordStage):
     """Questioner + Responder over every cluster (see the module docstring)."""
 
     name = "converse"
+    unit = "conversations"
 
     def __init__(self, source: str | None = None, *, corpus_config: str | None = None, turns: int = 12,
                  layout: str = "splice", conversations: int | None = None, min_turns: int | None = None,
@@ -124,6 +134,8 @@ class Converse(RecordStage):
         self.questioner_options = {"doc_chars": questioner_doc_chars, "history_answer_chars": questioner_history_chars}
         self.responder_options = {"answer_words": answer_words, "max_tokens": answer_max_tokens,
                                   "history_answer_chars": responder_history_chars}
+        check_spec("questioner", questioner)
+        check_spec("responder", responder)
         self.questioner, self.responder, self.concurrency = questioner, responder, concurrency
         self.shard_size = shard_size
         #: set by the pipeline from the cluster stage, for dry-run estimates before clustering
@@ -137,6 +149,11 @@ class Converse(RecordStage):
                 **{f"responder_{k}": v for k, v in self.responder_options.items()}, "shard_size": self.shard_size}
 
     # -- input ----------------------------------------------------------------------------------------------
+    def input_files(self) -> list[str]:
+        from convrag.synthesis.corpus_source import corpus_files
+
+        return list(corpus_files(self.source, self.corpus_config).files) if self.source is not None else []
+
     def _clusters(self, out: Path) -> list[tuple[int, list[str]]]:
         from convrag.synthesis.cluster import read_clusters
 

@@ -50,6 +50,7 @@ class Curate(Stage):
     """Curation of a corpus source into ``curate/corpus/*.parquet`` (see the module docstring)."""
 
     name = "curate"
+    unit = "documents"
 
     def __init__(self, source: str, *, corpus_config: str | None = None, headings: list[str] | None = None,
                  chunk_size: int = 2048, chunk_overlap: int = 0, min_length: int | None = None,
@@ -66,6 +67,10 @@ class Curate(Stage):
             raise ConvragError(f"minhash_mode must be one of {', '.join(MODES)}, got {minhash_mode!r}")
         if not 0 < minhash_threshold <= 1:
             raise ConvragError(f"minhash_threshold must be in (0, 1], got {minhash_threshold}")
+        for name, value, low in (("minhash_perm", minhash_perm, 1), ("minhash_ngram", minhash_ngram, 1),
+                                 ("dangling_tokens", dangling_tokens, 0), ("minhash_seed", minhash_seed, 0)):
+            if value < low:
+                raise ConvragError(f"{name} must be a whole number >= {low}, got {value}")
         self.source, self.corpus_config = str(source), corpus_config
         self.headings = list(TAIL_HEADINGS if headings is None else headings)
         self.chunker = Chunker(chunk_size, chunk_overlap, min_length, separators, dangling_tokens)
@@ -84,6 +89,9 @@ class Curate(Stage):
         return {"source": self.source, "corpus_config": self.corpus_config, "headings": self.headings,
                 **self.chunking, "minhash": self.minhash, "quality": self.quality,
                 "quality_options": self.quality_options}
+
+    def input_files(self) -> list[str]:
+        return list(corpus_files(self.source, self.corpus_config).files)
 
     def estimate(self, ctx: StageContext) -> Estimate:
         files = corpus_files(self.source, self.corpus_config)

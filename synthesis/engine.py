@@ -4,14 +4,23 @@ Layout of ``OUT`` (every file is written to a temporary name and renamed, so a k
 half-written file under its final name)::
 
     OUT/pipeline.json          pipeline name, seed, stage names
+    OUT/inputs.json            each stage's input fingerprint (``synthesis.fingerprint``; written as it starts)
     OUT/<stage>/params.json    the stage's parameters and the seed (written before the stage runs)
     OUT/<stage>/...            the stage's outputs (record shards, arrays)
     OUT/<stage>/report.json    written last: the stage is finished
+    OUT/<stage>/incomplete.json  instead of report.json: the stage stopped the run (why, with the counts)
 
 Resuming: a stage whose ``report.json`` exists is skipped; an unfinished stage is run again and skips the
 work it already finished (record shards already on disk, datatrove tasks marked complete, arrays already
 saved). LLM calls go through the LLM layer's on-disk cache, so redone work repeats no paid call. A stage
-folder made with other parameters is an error (rerun with the same parameters, or ``redo`` that stage).
+folder made with other parameters is an error (rerun with the same parameters, or ``redo`` that stage). A
+stage whose inputs changed (a corpus file edited, an upstream stage redone) is redone with every stage after
+it, and the run says so.
+
+No empty success: a stage that ends with no usable record (``Stage.empty``: everything dropped) stops the run
+with :class:`~convrag.errors.EmptyResult` naming the stage and the drops per reason; its shards stay on disk
+beside ``incomplete.json`` and the next run redoes it from the start. An LLM endpoint that stops answering
+(``EndpointUnreachable``) stops the run the same way, and the next run resumes the stage.
 
 Each stage reports records in / out, drops per reason, LLM calls, tokens and cost (``RunReport``) and its
 wall time; ``dry_run`` asks every stage for an estimate (records, calls, tokens, cost) and writes nothing.
@@ -25,18 +34,21 @@ import os
 import shutil
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from convrag.errors import ConvragError
+from convrag.errors import ConvragError, EmptyResult
 from convrag.llm.report import RunReport, load_prices, price_for
+from convrag.llm.types import EndpointUnreachable
 from convrag.progress import scope
+from convrag.synthesis.fingerprint import first_changed, plan_records, write_inputs
 
 REPORT_FILE = "report.json"
 PARAMS_FILE = "params.json"
 PIPELINE_FILE = "pipeline.json"
+INCOMPLETE_FILE = "incomplete.json"
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -145,6 +157,8 @@ class Stage(ABC):
     """
 
     name: str = ""
+    #: what the stage's records are, for messages ("conversations", "items", ...)
+    unit: str = "records"
 
     @abstractmethod
     def params(self) -> dict[str, Any]:
@@ -157,6 +171,24 @@ class Stage(ABC):
     @abstractmethod
     def run(self, ctx: StageContext) -> StageReport:
         """Do the work (resuming), returning the report."""
+
+    def input_files(self) -> list[str]:
+        """The files outside OUT the stage reads (corpus, items, option files); their hashes enter its fingerprint."""
+        return []
+
+    def empty(self, report: StageReport) -> str | None:
+        """Why the stage's output holds nothing usable (one line with the counts), or None when it does."""
+        if report.records_out:
+            return None
+        if not report.records_in:
+            return f"{self.name} got no {self.unit} to work on"
+        return f"{self.name} dropped all {report.records_in:,} {self.unit} ({drop_counts(report.dropped)})"
+
+
+def drop_counts(dropped: dict[str, int]) -> str:
+    """``reason: n, reason: n`` by decreasing count, or a note that no reason was recorded."""
+    ordered = sorted(dropped.items(), key=lambda kv: (-kv[1], kv[0]))
+    return ", ".join(f"{reason}: {n:,}" for reason, n in ordered) or "no drop reason recorded"
 
 
 def _diff(old: dict[str, Any], new: dict[str, Any]) -> str:
@@ -192,6 +224,8 @@ class Pipeline:
     name: str
     stages: Sequence[Stage]
     seed: int = 0
+    #: every stage name of the pipeline in order (the run may use some), to find each stage's upstream folder
+    order: Sequence[str] = ()
 
     def _stage_params(self, stage: Stage) -> dict[str, Any]:
         return {"stage": stage.name, "seed": self.seed, "params": stage.params()}
@@ -219,10 +253,19 @@ class Pipeline:
                 raise ConvragError(f"{out / stage.name}: made with other parameters ({_diff(flat_old, flat_new)}); "
                                    f"rerun with the same ones, use another --out, or give --redo {stage.name}")
 
+    def input_files(self) -> list[str]:
+        """Every file outside OUT that the stages read (an error naming it when it is missing)."""
+        return list(dict.fromkeys(f for stage in self.stages for f in stage.input_files()))
+
     def run(self, out: str | os.PathLike, *, redo: Sequence[str] = (), progress: bool = True,
-            on_stage: Any = None) -> list[StageReport]:
+            on_stage: Any = None, on_note: Callable[[str], None] | None = None) -> list[StageReport]:
         """Run (or resume) every stage; ``redo`` names stages whose folders are cleared first, together with
-        every later stage's (they depend on it). ``on_stage(report)`` is called after each stage."""
+        every later stage's (they depend on it). A stage whose inputs changed since its folder was written
+        (another fingerprint) is redone in the same way, said in one line through ``on_note``.
+        ``on_stage(report)`` is called after each stage.
+
+        A stage whose output holds nothing usable (``Stage.empty``) or whose LLM endpoint stopped answering
+        stops the run there: :class:`EmptyResult`, its partial output kept beside ``incomplete.json``."""
         out = Path(out)
         names = [s.name for s in self.stages]
         unknown = [r for r in redo if r not in names]
@@ -233,36 +276,56 @@ class Pipeline:
         out.mkdir(parents=True, exist_ok=True)
         with _Lock(out):
             first_redo = min((names.index(r) for r in redo), default=len(names))
-            redo_all = names[first_redo:]
-            self.check(out, redo_all)
-            for name in redo_all:
+            self.check(out, names[first_redo:])
+            planned = [(s.name, json.loads(json.dumps(self._stage_params(s))), s.input_files()) for s in self.stages]
+            plan = plan_records(out, planned, self.order or names)
+            first_redo = first_changed(out, names, plan, first_redo, on_note)
+            for name in names[first_redo:]:
                 if (out / name).exists():
                     shutil.rmtree(out / name)
             write_json_atomic(out / PIPELINE_FILE, {"pipeline": self.name, "seed": self.seed, "stages": names})
             reports = []
-            for stage in self.stages:
-                report = self._run_stage(stage, out, progress)
+            for stage, record in zip(self.stages, plan, strict=True):
+                report = self._run_stage(stage, out, progress, record)
                 reports.append(report)
                 if on_stage is not None:
                     on_stage(report)
             return reports
 
-    def _run_stage(self, stage: Stage, out: Path, progress: bool) -> StageReport:
+    def _run_stage(self, stage: Stage, out: Path, progress: bool, record: dict[str, Any]) -> StageReport:
         folder = out / stage.name
         done = folder / REPORT_FILE
         if done.is_file():
             report = StageReport.from_dict(json.loads(done.read_text(encoding="utf-8")))
             report.resumed = True
             return report
+        failed = folder / INCOMPLETE_FILE
+        if failed.is_file():
+            if json.loads(failed.read_text(encoding="utf-8")).get("rerun") == "redo":
+                shutil.rmtree(folder)  # it kept nothing: start afresh (its successful LLM calls are cached)
+            else:
+                failed.unlink()
         folder.mkdir(parents=True, exist_ok=True)
         remove_temporaries(folder)
         write_json_atomic(folder / PARAMS_FILE, self._stage_params(stage))
+        write_inputs(out, stage.name, record)
         ctx = StageContext(out=out, folder=folder, seed=self.seed, progress=progress)
         start = time.perf_counter()
-        with scope(self.name, stage.name):  # bars read "<pipeline> · <stage>: <what>"
-            report = stage.run(ctx)
+        try:
+            with scope(self.name, stage.name):  # bars read "<pipeline> · <stage>: <what>"
+                report = stage.run(ctx)
+        except EndpointUnreachable as err:
+            reason = f"{stage.name} stopped: {' '.join(str(err).split())} (finished work is kept: run the same " \
+                     "command again to resume)"
+            write_json_atomic(failed, {"stage": stage.name, "complete": False, "reason": reason, "rerun": "resume",
+                                       "llm": llm_summary(ctx.llm_report)})
+            raise EmptyResult(reason) from None
         report.seconds = time.perf_counter() - start
         report.llm = report.llm or llm_summary(ctx.llm_report)
+        reason = stage.empty(report)
+        if reason is not None:
+            write_json_atomic(failed, {**report.to_dict(), "complete": False, "reason": reason, "rerun": "redo"})
+            raise EmptyResult(reason)
         write_json_atomic(done, report.to_dict())
         return report
 

@@ -32,6 +32,24 @@ from convrag.progress import label
 
 #: Index names accepted by :func:`knn_graph`.
 INDEXES = ("flat", "hnsw", "ivf")
+#: The ``index_options`` :func:`knn_graph` takes: key -> (least whole number, None allowed).
+INDEX_OPTIONS = {"nlist": (1, True), "nprobe": (1, False), "hnsw_m": (2, False), "ef_search": (1, False),
+                 "train_size": (1, True), "batch_size": (1, False), "threads": (1, True)}
+
+
+def check_index(index: str, options: dict[str, object]) -> None:
+    """Refuse an unknown ``index`` or ``index_options`` key, or a value out of its range."""
+    if index not in INDEXES:
+        raise ConvragError(f"index must be one of {', '.join(INDEXES)}, got {index!r}")
+    for key, value in options.items():
+        if key not in INDEX_OPTIONS:
+            raise ConvragError(f"index_options: unknown key {key!r}; accepted: {', '.join(INDEX_OPTIONS)}")
+        low, none_ok = INDEX_OPTIONS[key]
+        if value is None and none_ok:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConvragError(f"index_options: {key} must be a whole number >= {low}, got {value!r}")
+
 
 def _check_vectors(vectors: np.ndarray) -> np.ndarray:
     try:

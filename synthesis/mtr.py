@@ -56,4 +56,4 @@ def mtr_pipeline(source: str | None, stages: Sequence[str] = DEFAULT_STAGES, *, 
         if isinstance(stage, Polish):
             stage.upstream = next((s for s in built if isinstance(s, Converse)), None)
         built.append(stage)
-    return Pipeline("mtr", built, seed=seed)
+    return Pipeline("mtr", built, seed=seed, order=tuple(STAGES))

@@ -1,9 +1,18 @@
 """Stage options of a synthesis pipeline: each option given once by name goes to every chosen stage whose
-constructor takes it; an option no chosen stage takes is an error that lists the valid ones."""
+constructor takes it; an option no chosen stage takes is an error that lists the valid ones.
+
+Every option's value is checked against the type its constructor declares (``int``: a whole number, ``float``:
+any number, ``str``, ``bool``, ``None``, lists and mappings, unions of them) before any stage is built, so a
+wrong value is a one-line error naming the option and what it takes, in a dry run too; the constructors then
+check ranges and allowed values.
+"""
 
 from __future__ import annotations
 
+import collections.abc
 import inspect
+import types
+import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,4 +42,46 @@ def split_options(registry: Mapping[str, type[Stage]], ordered: Sequence[str], o
     if extra:
         valid = "; ".join(f"{s}: {', '.join(stage_options(registry[s], shared))}" for s in ordered)
         raise ConvragError(f"--option {', '.join(extra)}: not an option of the stages run ({valid})")
-    return {s: {k: v for k, v in options.items() if k in stage_options(registry[s], shared)} for s in ordered}
+    per_stage = {s: {k: v for k, v in options.items() if k in stage_options(registry[s], shared)} for s in ordered}
+    for stage, given in per_stage.items():
+        hints = typing.get_type_hints(registry[stage].__init__)
+        for name, value in given.items():
+            if name in hints and not accepts(hints[name], value):
+                raise ConvragError(f"--option {name}={value!r}: {name} takes {describe(hints[name])}")
+    return per_stage
+
+
+_NAMES = {int: ("a whole number", "whole numbers"), float: ("a number", "numbers"), str: ("a text", "texts"),
+          bool: ("true or false", "true / false values"), type(None): ("null", "nulls")}
+
+
+def accepts(tp: Any, value: Any) -> bool:
+    """Whether ``value`` (as YAML reads an option) fits the annotation ``tp``."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(accepts(a, value) for a in args)
+    if origin in (list, tuple, collections.abc.Sequence):
+        return isinstance(value, (list, tuple)) and all(accepts(args[0] if args else Any, v) for v in value)
+    if origin in (dict, collections.abc.Mapping) or tp is dict:
+        return isinstance(value, dict)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, tp) if isinstance(tp, type) else True
+
+
+def describe(tp: Any, plural: bool = False) -> str:
+    """The annotation ``tp`` in words ("a whole number or null", "a list of texts")."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(describe(a, plural) for a in args)
+    if origin in (list, tuple, collections.abc.Sequence):
+        return f"a list of {describe(args[0], True) if args else 'values'}"
+    if origin in (dict, collections.abc.Mapping) or tp is dict:
+        return "a mapping ({key: value, ...})"
+    if tp in _NAMES:
+        return _NAMES[tp][plural]
+    return "anything" if tp is Any else getattr(tp, "__name__", str(tp))

@@ -26,7 +26,7 @@ from convrag.errors import ConvragError
 from convrag.llm import LLMError, run_batch
 from convrag.progress import label
 from convrag.synthesis.agents import Exchange, Polisher
-from convrag.synthesis.converse import Converse, role_estimate, role_llm, spec_label, turn_figures
+from convrag.synthesis.converse import Converse, check_spec, role_estimate, role_llm, spec_label, turn_figures
 from convrag.synthesis.engine import REPORT_FILE, Estimate, StageContext, StageReport
 from convrag.synthesis.records import RecordStage, count_records, read_records
 
@@ -37,6 +37,7 @@ class Polish(RecordStage):
     """The Polisher over every conversation of the converse stage (see the module docstring)."""
 
     name = "polish"
+    unit = "conversations"
 
     def __init__(self, source: str | None = None, *, corpus_config: str | None = None, polisher: str | None = None,
                  polish_context_chars: int = 300, concurrency: int = 8, shard_size: int = 256) -> None:
@@ -44,6 +45,7 @@ class Polish(RecordStage):
                             ("shard_size", shard_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConvragError(f"{name} must be a whole number >= 1, got {value!r}")
+        check_spec("polisher", polisher)
         self.polisher, self.context_chars = polisher, polish_context_chars
         self.concurrency, self.shard_size = concurrency, shard_size
         #: the converse stage of the same run (set by the pipeline), for estimates before it has run

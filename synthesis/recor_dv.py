@@ -58,4 +58,4 @@ def recor_pipeline(source: str | None, stages: Sequence[str] = DEFAULT_STAGES, *
         for stage in built:
             if hasattr(stage, "expected_items"):
                 stage.expected_items = expected
-    return Pipeline("recor-dv", built, seed=seed)
+    return Pipeline("recor-dv", built, seed=seed, order=tuple(registry))

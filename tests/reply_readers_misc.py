@@ -101,7 +101,7 @@ class ClaimsGiven:
         self.llm = llm
 
     def structured(self, messages: list[Message], schema: Any, *args: Any, **kwargs: Any) -> Parsed[Any]:
-        if "claims" in schema.get("properties", {}):
+        if isinstance(schema, dict) and "claims" in schema.get("properties", {}):
             return Parsed(value={"claims": list(CLAIMS)}, text=json.dumps({"claims": CLAIMS}))
         return self.llm.structured(messages, schema, *args, **kwargs)
 

@@ -69,7 +69,8 @@ def test_evaluate_lexical_baselines_and_external_run(built, tmp_path, capsys):
 def test_evaluate_rejects_unknown_doc_ids_in_a_run(built, tmp_path, capsys):
     run_file = tmp_path / "bad.trec"
     run_file.write_text("val_000000 Q0 doc_99999999_00 1 1.0 x\n")
-    code = main(["evaluate", str(built), "--retrievers", "", "--run", f"bad={run_file}", "--out", str(tmp_path)])
+    code = main(["evaluate", str(built), "--retrievers", "", "--run", f"bad={run_file}",
+                 "--out", str(tmp_path / "res")])
     assert code == 2
     err = capsys.readouterr().err
     assert "unknown doc ids" in err and "doc_99999999_00" in err and "bad" in err

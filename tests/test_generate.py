@@ -283,21 +283,19 @@ def test_a_failed_call_gives_no_line_and_is_counted(mtrag, monkeypatch, tmp_path
 
 
 def test_an_answer_that_is_all_reasoning(mtrag, recor, monkeypatch, tmp_path, capsys) -> None:
-    """Kept as an empty MTRAG prediction (counted); no line for RECOR, whose scorer refuses empty answers."""
+    """A reply that is all reasoning is no answer: never written as an empty prediction; with no answer at all the run
+    fails (exit 1, one line) and writes only its report, marked incomplete."""
     unfinished = "<think>The user asks about smell receptors. Let me look at the first passage, which says"
     fake = Scripted(lambda messages: unfinished)
     monkeypatch.setattr(command, "make_llm", fake)
-    out = tmp_path / "mtrag.jsonl"
-    code, stdout, _ = generate(capsys, str(mtrag), "--mode", "oracle", "--out", str(out), "--config", "fiqa-tasks",
-                               "--max-turns", "2")  # fmt: skip
-    assert code == 0 and [g["predictions"] for g in lines(out)] == [[{"text": ""}]] * 2
-    assert report(out)["counts"]["empty_answers"] == 2 and "2 empty answers" in stdout
-    out = tmp_path / "recor.jsonl"
-    code, stdout, _ = generate(capsys, str(recor), "--mode", "oracle", "--out", str(out), "--max-turns", "2")
-    rep = report(out)
-    assert code == 0 and lines(out) == [] and rep["counts"]["without_answer"] == 2
-    assert all("empty answer" in reason for reason in rep["failures"].values())
-    assert "2 turns without an answer" in stdout
+    for folder, extra, what in ((mtrag, ["--config", "fiqa-tasks"], "tasks"), (recor, [], "turns")):
+        out = tmp_path / f"{Path(folder).name}.jsonl"
+        code, _, err = generate(capsys, str(folder), "--mode", "oracle", "--out", str(out), "--max-turns", "2",
+                                *extra)  # fmt: skip
+        assert code == 1 and not out.exists()
+        assert err.count("\n") == 1 and f"no answer for any of 2 {what} (2 reasoning-only replies)" in err
+        rep = report(out)
+        assert rep["complete"] is False and rep["counts"]["without_answer_by_kind"] == {"reasoning-only reply": 2}
 
 
 def test_a_dead_endpoint_stops_the_run_and_writes_nothing(recor, monkeypatch, tmp_path, capsys) -> None:

@@ -234,9 +234,11 @@ def test_output_does_not_depend_on_tasks_and_workers(tmp_path: Path) -> None:
         _write_jsonl(tmp_path / "src" / f"{f}.jsonl" if (tmp_path / "src").exists() else
                      (tmp_path / "src").mkdir() or tmp_path / "src" / f"{f}.jsonl",
                      [{"_id": f"f{f}d{i}", "text": _article(rng, rng.randint(1, 5), 600)} for i in range(8)])
-    one = _run(tmp_path / "src", tmp_path / "one", chunk_size=1024)[0]
-    three = _run(tmp_path / "src", tmp_path / "three", chunk_size=1024, tasks=3, workers=2)[0]
-    assert _corpus(tmp_path / "one") == _corpus(tmp_path / "three")
+    # the made-up articles fail Gopher's stop-word rule: without the quality filters something is kept to compare
+    lenient = {"quality_options": {"gopher": False, "fineweb": False}}
+    one = _run(tmp_path / "src", tmp_path / "one", chunk_size=1024, **lenient)[0]
+    three = _run(tmp_path / "src", tmp_path / "three", chunk_size=1024, tasks=3, workers=2, **lenient)[0]
+    assert one.records_out > 0 and _corpus(tmp_path / "one") == _corpus(tmp_path / "three")
     assert (one.records_in, one.records_out, one.dropped) == (three.records_in, three.records_out, three.dropped)
     assert [p.name for p in shard_files(tmp_path / "three" / "curate" / "corpus")] == [
         "00000.parquet", "00001.parquet", "00002.parquet"]

@@ -142,8 +142,8 @@ def render_tables(result: Mapping[str, Any], digits: int = 4) -> str:
                   f"{LABELS[k]} {v}" for k, v in counts["undefined"].items()),
               f"- clarification judge asked: {counts['clarification_asked']}"]
     if counts.get("empty_predictions"):
-        lines.append(f"- empty predictions (scored as given, as the official checker accepts them): "
-                     f"{counts['empty_predictions']}")
+        lines.append(f"- empty predictions (scored as given, as the official checker accepts them; BERTScore raw 0 "
+                     f"and ROUGE-L 0, so RB_alg 0): {counts['empty_predictions']}")
     if "missing_predictions" in counts:
         lines.append(f"- tasks without a prediction (not scored): {counts['missing_predictions']}")
     if counts.get("empty_contexts"):

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from convrag.errors import ConvragError, DataError
 from convrag.jsonl import read_jsonl
@@ -50,13 +50,21 @@ def turn_bucket(turn: int) -> str:
 
 
 class JudgeGrades(BaseModel):
-    """The judge's reply when the generator had no passages (no faithfulness)."""
+    """The judge's reply when the generator had no passages (no faithfulness). Field names are read without
+    regard to case (``"Correctness": 4`` is correctness)."""
 
     correctness: int = Field(ge=1, le=5)
     completeness: int = Field(ge=1, le=5)
     relevance: int = Field(ge=1, le=5)
     coherence: int = Field(ge=1, le=5)
     rationale: str = Field(default="", max_length=1000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lower_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {k.strip().lower() if isinstance(k, str) else k: v for k, v in data.items()}
+        return data
 
 
 class JudgeGradesWithPassages(JudgeGrades):

@@ -5,20 +5,25 @@
   dropped; a single newest message longer than the budget keeps its end). The current question is never cut.
 * Sampling: greedy (temperature 0), ``max_tokens`` (default 300), seed 0. Reasoning before a ``</think>`` tag is
   removed from the reply (:func:`convrag.synthesis.agents.strip_reasoning`).
-* A call that fails after the LLM layer's retries gives no answer: the item is listed in
-  ``GenerationResult.failures`` with the reason, never filled in.
+* An item gets no answer, listed in ``GenerationResult.failures`` with the reason and counted by kind, never
+  filled in, when its call fails after the LLM layer's retries (``failed call``), when the reply is empty or
+  white space only (``empty reply``), or when nothing is left after the reasoning (``reasoning-only reply``: a
+  ``<think>`` block never closed, or nothing after ``</think>``; the reason says when the reply was cut at
+  ``max_tokens``). There is no re-ask: at temperature 0 the same prompt gives the same reply (and the cache
+  returns it), so a rerun needs another model or a larger ``max_tokens``.
 
 Output lines: :func:`mtrag_line` (MTRAG's official submission format) and :func:`judge_line` (one line per turn).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from convrag.generate.tasks import GenItem
-from convrag.llm import LLM, LLMError, Message, RunReport, SamplingParams, load_prompt, run_batch
+from convrag.llm import LLM, Completion, LLMError, Message, RunReport, SamplingParams, load_prompt, run_batch
 
 PROMPT = "rag_answer"
 DEFAULT_MAX_TOKENS = 300
@@ -64,18 +69,60 @@ def render_prompt(item: GenItem, passage_chars: int = DEFAULT_PASSAGE_CHARS,
                                       passages=passages)  # fmt: skip
 
 
+#: kinds of item without an answer: (singular, plural) as counts are written
+FAILED_CALL = ("failed call", "failed calls")
+EMPTY_REPLY = ("empty reply", "empty replies")
+REASONING_ONLY = ("reasoning-only reply", "reasoning-only replies")
+KINDS = (FAILED_CALL, EMPTY_REPLY, REASONING_ONLY)
+
+
+class NoAnswer(Exception):
+    """A reply that holds no answer; ``kind`` is :data:`EMPTY_REPLY` or :data:`REASONING_ONLY`."""
+
+    def __init__(self, kind: tuple[str, str], reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+
+
 @dataclass
 class GenerationResult:
-    """``answers``: task id -> answer text (empty when the reply held nothing after the reasoning);
-    ``failures``: task id -> why the call failed (no answer); ``report``: the LLM's run report."""
+    """``answers``: task id -> answer text (never empty); ``failures``: task id -> why it has no answer;
+    ``kinds``: task id -> the singular name of its kind (see :data:`KINDS`); ``report``: the LLM's run report."""
 
     answers: dict[str, str] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
+    kinds: dict[str, str] = field(default_factory=dict)
     report: RunReport | None = None
 
-    @property
-    def empty(self) -> list[str]:
-        return [t for t, a in self.answers.items() if not a]
+    def counts(self) -> dict[str, int]:
+        """Singular kind name -> number of items without an answer of that kind (kinds with none left out)."""
+        found = list(self.kinds.values())
+        return {one: found.count(one) for one, _ in KINDS if one in found}
+
+    def describe_counts(self) -> str:
+        """The counts as words, e.g. ``12 empty replies, 1 failed call``."""
+        plural = dict(KINDS)
+        return ", ".join(f"{n} {kind if n == 1 else plural[kind]}" for kind, n in self.counts().items())
+
+
+#: the prompt ends with "Answer:"; a model that echoes the label (optionally bold) starts its reply with it
+_ANSWER_LABEL = re.compile(r"^\**\s*answer\s*\**\s*:\s*\**", re.I)
+
+
+def answer_text(completion: Completion, max_tokens: int) -> str:
+    """The answer in a reply: the text after the reasoning, a leading echoed "Answer:" label removed, stripped;
+    :class:`NoAnswer` when nothing is left."""
+    from convrag.synthesis.agents import strip_reasoning
+
+    text = _ANSWER_LABEL.sub("", strip_reasoning(completion.text).strip(), count=1).strip()
+    if text:
+        return text
+    if not completion.text.strip():
+        raise NoAnswer(EMPTY_REPLY, "empty reply: the model returned no text" if not completion.text
+                       else "empty reply: the model returned only white space")  # fmt: skip
+    cut_off = completion.finish_reason == "length"
+    raise NoAnswer(REASONING_ONLY, "reasoning-only reply: nothing after the reasoning (</think>)"
+                   + (f"; the reply was cut at max_tokens {max_tokens} (raise --max-tokens)" if cut_off else ""))
 
 
 def generate_answers(items: Sequence[GenItem], llm: LLM, *, max_tokens: int = DEFAULT_MAX_TOKENS,
@@ -85,26 +132,27 @@ def generate_answers(items: Sequence[GenItem], llm: LLM, *, max_tokens: int = DE
     """Answer every item with ``llm`` (cached: a rerun repeats no call), ``concurrency`` calls in flight at once."""
     from tqdm.auto import tqdm
 
-    from convrag.synthesis.agents import strip_reasoning
-
     params = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed)
     prompts = [render_prompt(item, passage_chars, history_chars) for item in items]
 
     def answer(i: int) -> str:
-        return strip_reasoning(llm.chat(prompts[i], params).text).strip()
+        return answer_text(llm.chat(prompts[i], params), max_tokens)
 
     bar = tqdm(total=len(items), desc=desc, unit="call", disable=not progress)
     try:
-        batch = run_batch(range(len(items)), answer, concurrency, catch=(LLMError,),
+        batch = run_batch(range(len(items)), answer, concurrency, catch=(LLMError, NoAnswer),
                           on_result=lambda i, res, err: bar.update(1))  # fmt: skip
     finally:
         bar.close()
     result = GenerationResult(report=llm.report)
     for i, item in enumerate(items):
-        if i in batch.failures:
-            result.failures[item.task_id] = batch.failures[i]
+        error = batch.errors.get(i)
+        if isinstance(error, NoAnswer):
+            result.failures[item.task_id], result.kinds[item.task_id] = str(error), error.kind[0]
+        elif i in batch.failures:
+            result.failures[item.task_id], result.kinds[item.task_id] = batch.failures[i], FAILED_CALL[0]
         else:
-            result.answers[item.task_id] = batch.results[i] or ""
+            result.answers[item.task_id] = str(batch.results[i])
     return result
 
 

@@ -5,9 +5,17 @@ Files written (``FILE`` = ``--out`` without its ``.jsonl`` suffix), each through
 and the LLM's run report), ``FILE.run.trec`` (the retriever's full run, with ``--retriever``). LLM replies are
 cached in ``--cache`` (default ``FILE.llm-cache/``), so a rerun repeats no call.
 
-A task whose call failed gets no line (listed with the reason in the report). An empty answer (a reply that was
-all reasoning) is kept as an empty prediction in MTRAG files (the official checker accepts it; counted) and
-treated as a failure for the judge-scored benchmarks, whose reader refuses empty predictions.
+A task whose call failed, whose reply was empty or held only reasoning gets no line (listed with the reason in
+the report, counted by kind; see :mod:`convrag.generate.answer`): an empty prediction is never written. When no
+task got an answer, only the report is written (``"complete": false`` and the reason; no answers file, no run
+file, an earlier answers file is left as it was) and the command fails (exit 1) with one line naming the counts.
+
+Outputs never replace inputs: ``--out``, the report, the run file and the cache folder are refused when one is
+the built folder or the ``--run`` file (or contains one). An existing ``--out`` (or report, or run file) is
+replaced only when it is an earlier output of this command, recognised by its report: a ``FILE.report.json``
+beside it, a JSON object with this command's ``generator``, ``mode`` and ``counts`` keys whose ``output`` names
+that file (the run file ``FILE.run.trec`` counts as ours when that report is there). Anything else is refused
+before any work, nothing written.
 """
 
 from __future__ import annotations
@@ -18,10 +26,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from convrag.errors import ConvragError
+from convrag.errors import ConvragError, EmptyResult
 
 _SECRET_IN_URL = re.compile(r"//[^/@\s]+@")
-EMPTY_ANSWER = "empty answer: nothing left after removing the reasoning before </think>"
 
 
 def stem(out: str | os.PathLike) -> Path:
@@ -110,6 +117,45 @@ def _check_args(args: argparse.Namespace) -> Path:
     return out
 
 
+def _earlier_report(path: Path, out: Path) -> dict[str, Any] | None:
+    """The report at ``path`` when it is one this command wrote for the answers file ``out`` (see the module
+    docstring), else None."""
+    import json
+
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(report, dict) or not {"generator", "mode", "counts"} <= set(report):
+        return None
+    return report if Path(str(report.get("output"))).name == out.name else None
+
+
+def _check_outputs(args: argparse.Namespace, out: Path) -> None:
+    """Refuse outputs that are inputs, and existing files that are not earlier outputs of this command."""
+    from convrag.out_folder import check_not_input
+
+    base = stem(out)
+    inputs = [args.folder, args.run]
+    report_path, run_path = Path(f"{base}.report.json"), Path(f"{base}.run.trec")
+    written = [(out, "--out"), (report_path, "the report FILE.report.json"),
+               (Path(args.cache or f"{base}.llm-cache"), "--cache" if args.cache else "the cache FILE.llm-cache")]
+    if args.retriever is not None:
+        written.append((run_path, "the run file FILE.run.trec"))
+    for path, what in written:
+        check_not_input(path, inputs, what=what)
+    earlier = _earlier_report(report_path, out)
+    if report_path.exists() and earlier is None:
+        raise ConvragError(f"{report_path}: exists and is not a report of `convrag generate` for {out.name}: not "
+                           "replacing it; choose another --out")  # fmt: skip
+    if out.exists() and earlier is None:
+        raise ConvragError(f"{out}: --out exists and is not an earlier `convrag generate` output (no "
+                           f"{report_path.name} beside it naming it): not replacing it; choose another --out")
+    if args.retriever is not None and run_path.exists() and earlier is None:
+        raise ConvragError(f"{run_path}: exists and is not a run file written by an earlier `convrag generate` "
+                           "into this --out: not replacing it; choose another --out")  # fmt: skip
+
+
 def run_command(args: argparse.Namespace) -> int:
     """``convrag generate``: collect the items, answer them, write the answers, the report and the run."""
     from convrag.arguments import check_retrievers, check_strategies
@@ -125,6 +171,7 @@ def run_command(args: argparse.Namespace) -> int:
     from convrag.synthesis.engine import write_json_atomic
 
     out = _check_args(args)
+    _check_outputs(args, out)
     base = stem(out)
     spec = args.llm or os.environ.get(SPEC_ENV) or "default"
     manifest = read_manifest(args.folder)
@@ -151,14 +198,19 @@ def run_command(args: argparse.Namespace) -> int:
     result = generate_answers(items, llm, max_tokens=args.max_tokens, temperature=args.temperature,
                               passage_chars=args.passage_chars, history_chars=args.history_chars,
                               concurrency=args.concurrency, progress=progress, desc=desc)  # fmt: skip
-    if collected.scheme == "judge":  # the judge-scored benchmarks' readers refuse empty predictions
-        for task_id in result.empty:
-            result.failures[task_id] = EMPTY_ANSWER
-            del result.answers[task_id]
     label = generator_label(getattr(llm, "spec", spec))
     lines = [mtrag_line(i, result.answers[i.task_id], args.mode) if collected.scheme == "mtrag"
              else judge_line(i, result.answers[i.task_id], args.mode, label)
              for i in items if i.task_id in result.answers]  # fmt: skip
+    placeholder = is_placeholder(llm) if hasattr(llm, "backend") else is_placeholder(spec)
+    report_path = Path(f"{base}.report.json")
+    if not lines:  # nothing usable: the report alone says why; no answers or run file
+        failure = (f"no answer for any of {len(items)} {unit} ({result.describe_counts() or 'nothing to answer'})"
+                   f"; wrote only {report_path} (marked incomplete), no answers file")
+        report = _report(args, manifest, collected, result, label, placeholder, out, None, failure)
+        write_json_atomic(report_path, report)
+        _print_report(report, result, [str(report_path)])
+        raise EmptyResult(failure)
     write_jsonl_atomic(out, lines)
     written = [str(out)]
     run_path = None
@@ -168,20 +220,20 @@ def run_command(args: argparse.Namespace) -> int:
         write_run(collected.run, tmp, tag=safe_token(args.retriever or "run"))
         os.replace(tmp, run_path)
         written.append(str(run_path))
-    placeholder = is_placeholder(llm) if hasattr(llm, "backend") else is_placeholder(spec)
     report = _report(args, manifest, collected, result, label, placeholder, out, run_path)
-    write_json_atomic(Path(f"{base}.report.json"), report)
-    written.append(f"{base}.report.json")
+    write_json_atomic(report_path, report)
+    written.append(str(report_path))
     _print_report(report, result, written)
     return 0
 
 
 def _report(args: argparse.Namespace, manifest: dict[str, Any], collected: Any, result: Any, label: str,
-            placeholder: bool, out: Path, run_path: Path | None) -> dict[str, Any]:
-    """What ``FILE.report.json`` holds."""
+            placeholder: bool, out: Path, run_path: Path | None, failure: str | None = None) -> dict[str, Any]:
+    """What ``FILE.report.json`` holds; ``failure``: why the run is incomplete (no answers file written)."""
     failed = [i.task_id for i in collected.items if i.task_id in result.failures]
     info = collected.info
     return {
+        "complete": failure is None, "incomplete_reason": failure, "answers_written": failure is None,
         "folder": str(args.folder), "benchmark": manifest.get("benchmark"), "scheme": collected.scheme,
         "output": str(out), "mode": args.mode, "k": info.get("k"), "retriever": info.get("retriever"),
         "strategy": info.get("strategy"), "strategy_spec": info.get("strategy_spec"), "run": info.get("run"),
@@ -191,10 +243,10 @@ def _report(args: argparse.Namespace, manifest: dict[str, Any], collected: Any, 
         "sampling": {"temperature": args.temperature, "max_tokens": args.max_tokens, "seed": 0},
         "passage_chars": args.passage_chars, "history_chars": args.history_chars, "max_turns": args.max_turns,
         "counts": {"items": len(collected.items), "answered": len(result.answers), "without_answer": len(failed),
-                   "empty_answers": len(result.empty),
+                   "without_answer_by_kind": result.counts(),
                    "without_passages": {note: len(ids) for note, ids in collected.notes().items()}},
         "without_answer_ids": failed, "failures": {t: result.failures[t] for t in failed},
-        "empty_answer_ids": result.empty, "without_passages_ids": collected.notes(),
+        "without_passages_ids": collected.notes(),
         "llm": result.report.to_dict() if result.report is not None else None,
         "llm_summary": result.report.summary() if result.report is not None else None,
     }  # fmt: skip
@@ -215,12 +267,10 @@ def _print_report(report: dict[str, Any], result: Any, written: list[str]) -> No
           f"{report['generator']}")
     print(report["llm_summary"])
     ids = report["without_answer_ids"]
-    print(f"{len(ids)} {unit} without an answer" + (f": {', '.join(ids[:20])}{' ...' if len(ids) > 20 else ''}"
-                                                    if ids else ""))  # fmt: skip
-    if ids and report["scheme"] == "mtrag":
+    print(f"{len(ids)} {unit} without an answer" + (f": {', '.join(ids[:20])}{' ...' if len(ids) > 20 else ''} "
+                                                    f"({result.describe_counts()})" if ids else ""))  # fmt: skip
+    if ids and counts["answered"]:
         print("  (convrag evaluate-generation scores the others with --allow-missing)")
-    if counts["empty_answers"]:
-        print(f"{counts['empty_answers']} empty answers (nothing left after the reasoning), kept as empty predictions")
     for note, n in counts["without_passages"].items():
         print(f"{n} {unit} without passages: {note}")
     print("Wrote " + ", ".join(written))

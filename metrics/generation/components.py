@@ -7,6 +7,8 @@ Definitions (as the official MTRAG evaluation computes them):
 - ``recall_component(R) = (R + 1) / 2`` with R the BERTScore recall of the prediction against the reference.
 - ``k_precision(prediction, passages) = (max over passages of BERTScore precision of the prediction against
   the passage + 1) / 2``, and 0.0 when there are no passages ("knowledge precision", extractiveness).
+- An empty prediction (or an empty passage or reference) has BERTScore raw 0, bert_score's own rule (see
+  :meth:`BertScorer.empty_scores`), and ROUGE-L 0, so its RB_alg is 0.
 - ``rb_alg = harmonic_mean([recall, rouge, extractiveness])``; the harmonic mean is 0 as soon as one value is 0.
 - ``condition(raw, answerability, idk, clarification, variant)``: the answerability conditioning applied to
   each of RB_alg, RB_llm and RL_F (see :data:`CONDITIONING_VARIANTS`).
@@ -150,13 +152,34 @@ class BertScorer:
 
     def score(self, candidates: Sequence[str], references: Sequence[str]) -> tuple[list[float], list[float],
                                                                                       list[float]]:
-        """BERTScore (P, R, F) lists for each candidate/reference pair."""
+        """BERTScore (P, R, F) lists for each candidate/reference pair. A pair whose candidate or reference is
+        empty (nothing but white space) gets :meth:`empty_scores` without being sent to bert_score."""
         if len(candidates) != len(references):
             raise ComponentError(f"{len(candidates)} candidates for {len(references)} references")
-        if not candidates:
-            return [], [], []
-        p, r, f = self._load().score(list(candidates), list(references), batch_size=self.batch_size)
-        return [float(x) for x in p], [float(x) for x in r], [float(x) for x in f]
+        kept = [i for i, (c, r) in enumerate(zip(candidates, references, strict=True)) if c.strip() and r.strip()]
+        empty = self.empty_scores() if len(kept) < len(candidates) else (0.0, 0.0, 0.0)
+        out = [[empty[k]] * len(candidates) for k in range(3)]
+        if kept:
+            got = self._load().score([candidates[i] for i in kept], [references[i] for i in kept],
+                                     batch_size=self.batch_size)  # fmt: skip
+            for k in range(3):
+                for i, value in zip(kept, got[k], strict=True):
+                    out[k][i] = float(value)
+        return out[0], out[1], out[2]
+
+    def empty_scores(self) -> tuple[float, float, float]:
+        """(P, R, F) of a pair with an empty side, bert_score's own rule: raw 0 for each (its warning "Empty
+        candidate sentence detected; setting raw BERTscores to 0"), rescaled with the baseline like any raw score
+        when ``rescale_with_baseline``. The official MTRAG scripts pass empty answers to bert_score and get these
+        values; we compute them here because bert_score's tokenising of an empty sentence fails with transformers
+        5 (``build_inputs_with_special_tokens``)."""
+        if not self.rescale_with_baseline:
+            return 0.0, 0.0, 0.0
+        import torch
+
+        baseline = self._load().baseline_vals
+        p, r, f = ((torch.zeros_like(baseline) - baseline) / (1 - baseline)).tolist()
+        return float(p), float(r), float(f)
 
 
 # --- the three RB_alg components -----------------------------------------------------------------------------

@@ -22,6 +22,7 @@ RB_llm asks all of them.
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 from collections.abc import Mapping, Sequence
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, create_model, field_validator, model_validator
 
 from convrag.llm import (
     LLM,
@@ -171,26 +172,46 @@ class FaithfulnessJudgement:
         return sum(self.verdicts)
 
 
+def _lower_keys(v: Any) -> Any:
+    """A reply object with its keys lower-cased (``{"Decision": "Yes"}`` is read like ``{"decision": "Yes"}``)."""
+    return {str(k).strip().lower(): x for k, x in v.items()} if isinstance(v, dict) else v
+
+
+def _yes_no(v: Any) -> Any:
+    """A yes / no label as models write it: any case, or a JSON boolean."""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return v.strip().lower() if isinstance(v, str) else v
+
+
 class ClarificationReply(BaseModel):
     decision: Literal["yes", "no"]
     explanation: str = Field(default="", max_length=600)
 
-    @field_validator("decision", mode="before")
-    @classmethod
-    def _lower(cls, v: Any) -> Any:
-        return v.strip().lower() if isinstance(v, str) else v
+    _keys = model_validator(mode="before")(_lower_keys)
+    _lower = field_validator("decision", mode="before")(_yes_no)
+
+
+class ClaimVerdict(BaseModel):
+    """RL_F's verdict on one claim."""
+
+    reason: str = Field(default="", max_length=400)
+    supported: Literal["yes", "no"]
+
+    _keys = model_validator(mode="before")(_lower_keys)
+    _label = field_validator("supported", mode="before")(_yes_no)
 
 
 _CLAIMS_SCHEMA = {"type": "object", "required": ["claims"], "properties": {
     "claims": {"type": "array", "maxItems": MAX_CLAIMS, "items": {"type": "string", "maxLength": 400}}}}
 
 
-def _verdicts_schema(n: int) -> dict[str, Any]:
-    item = {"type": "object", "required": ["reason", "supported"],
-            "properties": {"reason": {"type": "string", "maxLength": 200},
-                           "supported": {"type": "string", "enum": ["yes", "no"]}}}
-    return {"type": "object", "required": ["verdicts"],
-            "properties": {"verdicts": {"type": "array", "items": item, "minItems": n, "maxItems": n}}}
+@functools.lru_cache(maxsize=64)
+def _verdicts_schema(n: int) -> type[BaseModel]:
+    """The verdicts reply for ``n`` claims: ``n`` :class:`ClaimVerdict` s in claim order (the schema says so; the
+    count is checked by the caller, whose message is fed back on a re-ask)."""
+    return create_model("ClaimVerdicts", verdicts=(list[ClaimVerdict], Field(
+        json_schema_extra={"minItems": n, "maxItems": n})))
 
 
 def unique_claims(items: Sequence[Any]) -> list[str]:
@@ -366,6 +387,10 @@ class GenerationJudges:
             return FaithfulnessJudgement(None, [], [], raw, not failed, "claim extraction failed", error,
                                          call_failed=failed)
         raw["claims"] = parsed.text
+        if "truncated" in parsed.repairs:  # the last claim was cut off mid-sentence: not a claim to check
+            self.primary.report.record_failure(f"{self.primary.spec}: claim list cut off at max_tokens")
+            return FaithfulnessJudgement(None, [], [], raw, True, "claim extraction failed",
+                                         "UnparsableReply: the claim list was cut off before it closed")
         claims = unique_claims(parsed.value["claims"])
         if not claims:
             return FaithfulnessJudgement(None, [], [], raw, False, "no claims")
@@ -375,7 +400,7 @@ class GenerationJudges:
         n = len(claims)
 
         def same_length(value: Any) -> str | None:
-            got = len(value["verdicts"])
+            got = len(value.verdicts)
             return None if got == n else f"give exactly {n} verdicts, one per claim in order (got {got})"
 
         try:
@@ -387,5 +412,5 @@ class GenerationJudges:
             return FaithfulnessJudgement(None, claims, [], raw, not failed, "claim verification failed", error,
                                          call_failed=failed)
         raw["verdicts"] = parsed.text
-        verdicts = [v["supported"] == "yes" for v in parsed.value["verdicts"]]
+        verdicts = [v.supported == "yes" for v in parsed.value.verdicts]
         return FaithfulnessJudgement(sum(verdicts) / n, claims, verdicts, raw, False)

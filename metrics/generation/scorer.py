@@ -16,6 +16,10 @@ breaker finds the endpoint unreachable, scoring stops with an :class:`~convrag.l
 undefined for a task (RL_F of an answer without claims, or an unreadable RL_F reply) is left out of that metric's
 mean and of the per-task harmonic mean, and counted in ``summary["counts"]["undefined"]``, mirroring the
 official NaN handling.
+
+An empty prediction (nothing but white space) is scored as given, as the official scripts score it: BERTScore
+raw 0 (bert_score's rule for an empty sentence, see ``components.BertScorer.empty_scores``), ROUGE-L 0, so RB_alg
+0; the judges see the empty answer. Such tasks are counted in ``summary["counts"]["empty_predictions"]``.
 """
 
 from __future__ import annotations
