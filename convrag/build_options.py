@@ -7,7 +7,6 @@ and those that tell its configs apart (``view``, ``domain``...: chosen with ``--
 from __future__ import annotations
 
 import dataclasses
-import types
 import typing
 from contextlib import suppress
 from typing import Any
@@ -16,6 +15,7 @@ import datasets
 import yaml
 
 from convrag.errors import ConvragError
+from convrag.hints import accepts
 
 
 def builder_options(cls: type) -> dict[str, Any]:
@@ -33,24 +33,6 @@ def per_config_fields(cls: type) -> set[str]:
             if len({repr(getattr(c, f.name)) for c in cls.BUILDER_CONFIGS}) > 1}  # fmt: skip
 
 
-def _matches(value: Any, hint: Any) -> bool:
-    """Whether ``value`` is of type ``hint`` (classes, unions / Optional, dict / list of them)."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return True
-    if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, a) for a in args)
-    if hint is type(None):
-        return value is None
-    if origin is dict:
-        return isinstance(value, dict) and all(_matches(k, args[0]) and _matches(v, args[1]) for k, v in value.items())
-    if origin is list:
-        return isinstance(value, list) and all(_matches(v, args[0]) for v in value)
-    if hint in (int, float) and isinstance(value, bool):
-        return False
-    return isinstance(value, float | int) if hint is float else isinstance(value, hint)
-
-
 def check_options(cls: type, options: dict[str, Any]) -> dict[str, Any]:
     """Check build options against ``builder_options(cls)``; returns them typed.
 
@@ -66,10 +48,10 @@ def check_options(cls: type, options: dict[str, Any]) -> dict[str, Any]:
             why = "is set by each config (choose configs with --config)" if per_config else "is unknown"
             raise ConvragError(f"option {key!r} {why} for {cls.BENCHMARK}; options: {', '.join(sorted(known))}")
         hint = known[key]
-        if isinstance(value, str) and not _matches(value, hint):
+        if isinstance(value, str) and not accepts(hint, value):
             with suppress(yaml.YAMLError):
                 value = yaml.safe_load(value)
-        if not _matches(value, hint):
+        if not accepts(hint, value):
             name = getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
             raise ConvragError(f"option {key!r} of {cls.BENCHMARK} expects {name}, got {value!r}")
         checked[key] = value

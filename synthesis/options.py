@@ -9,14 +9,13 @@ check ranges and allowed values.
 
 from __future__ import annotations
 
-import collections.abc
 import inspect
-import types
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from convrag.errors import ConvragError
+from convrag.hints import accepts, describe
 from convrag.synthesis.engine import Stage
 
 
@@ -51,37 +50,3 @@ def split_options(registry: Mapping[str, type[Stage]], ordered: Sequence[str], o
     return per_stage
 
 
-_NAMES = {int: ("a whole number", "whole numbers"), float: ("a number", "numbers"), str: ("a text", "texts"),
-          bool: ("true or false", "true / false values"), type(None): ("null", "nulls")}
-
-
-def accepts(tp: Any, value: Any) -> bool:
-    """Whether ``value`` (as YAML reads an option) fits the annotation ``tp``."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp is Any:
-        return True
-    if origin in (typing.Union, types.UnionType):
-        return any(accepts(a, value) for a in args)
-    if origin in (list, tuple, collections.abc.Sequence):
-        return isinstance(value, (list, tuple)) and all(accepts(args[0] if args else Any, v) for v in value)
-    if origin in (dict, collections.abc.Mapping) or tp is dict:
-        return isinstance(value, dict)
-    if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, tp) if isinstance(tp, type) else True
-
-
-def describe(tp: Any, plural: bool = False) -> str:
-    """The annotation ``tp`` in words ("a whole number or null", "a list of texts")."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(describe(a, plural) for a in args)
-    if origin in (list, tuple, collections.abc.Sequence):
-        return f"a list of {describe(args[0], True) if args else 'values'}"
-    if origin in (dict, collections.abc.Mapping) or tp is dict:
-        return "a mapping ({key: value, ...})"
-    if tp in _NAMES:
-        return _NAMES[tp][plural]
-    return "anything" if tp is Any else getattr(tp, "__name__", str(tp))
