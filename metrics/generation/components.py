@@ -175,10 +175,10 @@ class BertScorer:
         5 (``build_inputs_with_special_tokens``)."""
         if not self.rescale_with_baseline:
             return 0.0, 0.0, 0.0
-        import torch
+        import numpy as np
 
-        baseline = self._load().baseline_vals
-        p, r, f = ((torch.zeros_like(baseline) - baseline) / (1 - baseline)).tolist()
+        baseline = np.asarray(self._load().baseline_vals.tolist(), dtype=np.float32)  # as bert_score: float32
+        p, r, f = ((np.float32(0) - baseline) / (np.float32(1) - baseline)).tolist()
         return float(p), float(r), float(f)
 
 
