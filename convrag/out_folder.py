@@ -163,31 +163,38 @@ def _resolved(paths: Iterable[str | os.PathLike[str] | None]) -> list[Path]:
 
 
 def check_not_input(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None], *,
-                    what: str = "--out") -> Path:
-    """Refuse an ``out`` (file or folder) that is one of the ``inputs`` or contains one; returns it resolved.
-
-    Writing there would replace or mix with what the command reads. ``inputs`` may hold files, folders, None and
-    URLs (the last two are ignored)."""
+                    what: str = "--out", read_whole: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
+    """Refuse an ``out`` (file or folder) that is one of the ``inputs`` or contains one, or that lies inside one of
+    the ``read_whole`` folders (folders whose every file the command reads, e.g. a corpus folder: its outputs would
+    be read back next time); returns it resolved. ``inputs`` may hold files, folders, None and URLs (the last two
+    are ignored)."""
     target = Path(out).expanduser().resolve()
-    for path in _resolved(inputs):
+    read_whole = _resolved(read_whole)
+    for path in [*_resolved(inputs), *read_whole]:
         if path == target:
             raise ConvragError(f"{out}: {what} is an input of this command ({path}); write somewhere else")
         if target in path.parents:
             raise ConvragError(f"{out}: {what} contains the input {path}; write somewhere else")
+    for folder in read_whole:
+        if folder.is_dir() and folder in target.parents:
+            raise ConvragError(f"{out}: {what} is inside the input folder {folder}, whose files are all read; "
+                               "write somewhere else")
     return target
 
 
-def claim_out(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None], command: str) -> Path:
+def claim_out(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None], command: str, *,
+              read_whole: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
     """Make ``out`` a results folder owned by ``convrag COMMAND`` and return it (resolved).
 
     Refused (one-line :class:`ConvragError`, nothing written): ``out`` is a file; it is an input or contains one
-    (:func:`check_not_input`); it exists, is not empty and holds no :data:`OWNER_MARKER` of the same command
-    (a user's own folder, or another command's results). A new or empty folder is created and marked; a folder
-    the same command wrote before is reused (its files are replaced one by one)."""
+    or lies in a ``read_whole`` folder (:func:`check_not_input`); it exists, is not empty and holds no
+    :data:`OWNER_MARKER` of the same command (a user's own folder, or another command's results). A new or empty
+    folder is created and marked; a folder the same command wrote before is reused (its files are replaced one by
+    one)."""
     path = Path(out).expanduser()
     if path.exists() and not path.is_dir():
         raise ConvragError(f"{out}: --out names an existing file, not a folder")
-    target = check_not_input(path, inputs)
+    target = check_not_input(path, inputs, read_whole=read_whole)
     marker = target / OWNER_MARKER
     if target.is_dir() and any(target.iterdir()):
         owner = None
@@ -204,3 +211,26 @@ def claim_out(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[st
     target.mkdir(parents=True, exist_ok=True)
     marker.write_text(json.dumps({"command": command}) + "\n", encoding="utf-8")
     return target
+
+
+@contextmanager
+def claimed_out(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None],
+                command: str) -> Iterator[Path]:
+    """:func:`claim_out` for the block's duration, yielding the folder. When the block raises while a folder the
+    claim created or found empty still holds only the marker, the claim is undone (marker and the folders it needed
+    removed), so a run that fails before writing leaves nothing behind; one that wrote outputs keeps them."""
+    path = Path(out).expanduser().absolute()
+    created = [p for p in (path, *path.parents) if not p.exists()]  # deepest first
+    fresh = not (path.is_dir() and any(path.iterdir()))
+    target = claim_out(out, inputs, command)
+    try:
+        yield target
+    except BaseException:
+        if fresh and target.is_dir() and [p.name for p in target.iterdir()] == [OWNER_MARKER]:
+            (target / OWNER_MARKER).unlink()
+            for folder in created:
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+        raise

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 from convrag.audit.mtr_eval import RatingReply
-from convrag.audit.verdict import parse_rating
 from convrag.evaluation.recor_generation import JudgeItem, judge_answers
 from convrag.generate.answer import generate_answers
 from convrag.generate.tasks import GenItem, Passage
@@ -207,7 +206,6 @@ RATING_TASK: list[Message] = [{"role": "user", "content": (
     "Document: The Golden Gate Bridge opened to vehicular traffic on 28 May 1937.")}]
 SCHEMA_JSON = json.dumps(compact_schema(json_schema_for(RatingReply)), ensure_ascii=False)
 BAD_STRUCTURED = "The document gives the exact opening date, so it answers the question fully. I would rate it 5."
-BAD_VERDICT = "The document gives the exact opening date, so it answers the question fully."
 
 
 def parse_error(text: str) -> str:
@@ -263,12 +261,6 @@ def reask_request(prompt: str, error: str, bad: str, *, json: bool) -> Callable[
     return check
 
 
-def audit_messages() -> list[Message]:
-    return load_prompt("audit_query_evidence").render(
-        query="When did the Golden Gate Bridge open?",
-        document="The Golden Gate Bridge opened to vehicular traffic on 28 May 1937.")
-
-
 READERS: dict[str, Reader] = {
     "gen_idk": Reader(
         fields={"conversation": conversation_text(CONVERSATION), "response": IDK_REPLY},
@@ -316,8 +308,4 @@ READERS: dict[str, Reader] = {
         fields={"error": parse_error(BAD_STRUCTURED)},
         read=after(BAD_STRUCTURED, lambda llm: llm.structured(RATING_TASK, RatingReply).value),
         check_request=reask_request("structured_retry", parse_error(BAD_STRUCTURED), BAD_STRUCTURED, json=True)),
-    "reply_retry": Reader(
-        fields={"error": "no reading in the reply"},
-        read=after(BAD_VERDICT, lambda llm: llm.read(audit_messages(), parse_rating).value),
-        check_request=reask_request("reply_retry", "no reading in the reply", BAD_VERDICT, json=False)),
 }

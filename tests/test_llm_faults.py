@@ -52,11 +52,13 @@ class FakeServer:
                 with server.lock:
                     server.requests.append(body)
                     action = server.script.pop(0) if server.script else "ok"
-                if action == "reject_json_schema":
-                    rf = body.get("response_format") or {}
-                    action = "400" if rf.get("type") == "json_schema" else "ok"
-                if action == "reject_response_format":
-                    action = "400" if body.get("response_format") else "ok"
+                rf = body.get("response_format") or {}
+                if (action == "reject_json_schema" and rf.get("type") == "json_schema") or (
+                        action == "reject_response_format" and rf):
+                    return self._send(400, json.dumps({"error": {
+                        "message": f"response_format type {rf.get('type')!r} is not supported by this server"}}))
+                if action in ("reject_json_schema", "reject_response_format"):
+                    action = "ok"
                 if action == "empty_choices":
                     return self._send(200, json.dumps({"id": "c1", "object": "chat.completion", "created": 0,
                                                        "model": body["model"], "choices": []}))

@@ -13,7 +13,6 @@ SAMPLE_FIELDS = {
     "structured_retry": {"error": "bad"},
     "query_rewrite": {"history": [{"role": "user", "text": "Who wrote Dune?"}], "question": "When was he born?"},
     "relevance_judge": {"query": "q", "passage": "p"},
-    "reply_retry": {"error": "no rating line"},
     "pairwise_judge": {"question": "q", "candidates": ["a", "b"]},
     "gen_idk": {"conversation": "user: q", "response": "r"},
     "gen_clarification": {"conversation": "user: q", "response": "r"},

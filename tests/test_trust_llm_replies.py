@@ -163,3 +163,30 @@ def test_query_evidence_worked_example_follows_its_own_levels() -> None:
     assert "never" in example and parse_rating(example) == 1
     level_1 = next(line for line in text.splitlines() if line.startswith("1 = "))
     assert "cannot answer" in level_1
+
+
+@pytest.mark.parametrize("reply", [
+    '{"rationale": "Document 2 covers 3 of the points asked for.", "rating": 9}',  # out of range
+    '{"rationale": "Document 2 covers 4 of the points and',  # cut off inside the object
+])
+def test_json_that_fails_the_schema_is_never_read_from_its_digits(server: FakeServer, reply: str) -> None:
+    """Under an enforced format, a JSON reply that does not validate is re-asked and, still failing, is no verdict:
+    the digits of its rationale are never taken for the rating."""
+    server.responder = lambda body: reply
+    llm = get_llm(f"openai:judge-model@{server.url};max_retries=0;timeout=5", cache=False, structured_attempts=2)
+    messages = load_prompt("audit_query_evidence").render(query="When did it open?", document="It opened in 1937.")
+    value, _, raw, error = judge_call(llm, messages, RatingReply, parse_rating)
+    assert value is None and error.startswith("unparseable") and raw == reply
+
+
+def test_a_400_about_something_else_is_not_a_format_rejection(server: FakeServer) -> None:
+    """A prompt over the context length (HTTP 400) fails that call; the server's schema support is not given up."""
+    server.script = ["400"]  # {"error": {"message": "injected 400"}}: nothing about response_format
+    server.responder = judge_reply
+    llm = get_llm(f"openai:judge-model@{server.url};max_retries=0;timeout=5", cache=False)
+    messages = load_prompt("audit_query_evidence").render(query="When did it open?", document="It opened in 1937.")
+    value, _, _, error = judge_call(llm, messages, RatingReply, parse_rating)
+    assert value is None and error.startswith("call failed") and "400" in error
+    assert not llm.free_text and llm.report.response_format_fallbacks == 0
+    value, _, _, error = judge_call(llm, messages, RatingReply, parse_rating)  # the next call still asks for a schema
+    assert (value, error) == (4, None) and server.requests[-1]["response_format"]["type"] == "json_schema"

@@ -276,7 +276,7 @@ def judge_conversation(llm: LLM, conversation_items: Sequence[AuditItem], audit_
     messages = load_prompt("audit_conversation_quality").render(
         **fields, free_text=free_text, answer_chars=ANSWER_CHARS, document_chars=DOCUMENT_CHARS)
     value, rationale, raw, error = judge_call(llm, messages, scores_model(dims), lambda t: read_scores(t, dims),
-                                              params=CONVERSATION_PARAMS)
+                                              params=CONVERSATION_PARAMS, free_text=free_text)
     if free_text:
         rationale = _json_rationale(raw) or _without_lines(rationale, _SCORE_LINE.values())
     scores = value.model_dump() if isinstance(value, BaseModel) else value or {}
@@ -354,7 +354,7 @@ def judge_turn(llm: LLM, kind: str, item: AuditItem) -> Verdict:
         fields["answer_chars"] = ANSWER_CHARS
     messages = load_prompt(prompt).render(**fields)
     value, rationale, raw, error = judge_call(llm, messages, label_model(dimension, labels),
-                                              lambda t: read_label(t, dimension), params=TURN_PARAMS)
+                                              lambda t: read_label(t, dimension), params=TURN_PARAMS, free_text=free_text)
     label = None if error else match_label(value, labels)
     if error is None and label is None:
         error = (f"unparseable: {value!r} is not one of the {dimension} labels" if value

@@ -18,7 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from convrag.llm import LLM, EndpointUnreachable, LLMFailure, Message, SamplingParams, UnparsableReply
+from convrag.llm import LLM, EndpointUnreachable, LLMFailure, Message, ParseError, SamplingParams, UnparsableReply
+from convrag.llm.structured import json_candidates
 
 
 @dataclass
@@ -45,9 +46,11 @@ class Verdict:
         return asdict(self)
 
 
-#: an optionally bold "Rating" (or "Score" / "Grade") label, an optional colon, then the number: "**Rating:** 4",
-#: "Rating: 4", "**Rating**: 4", "Score: 4/5"
-_RATING = re.compile(r"\**\s*\b(?:rating|score|grade)\s*\**\s*:?\s*\**\s*(\d+)(?!\d|\.\d)", re.I)
+#: an optionally bold "Rating" label anywhere (the authors' rule), or a "Score" / "Grade" label starting a line, an
+#: optional colon, then the number: "**Rating:** 4", "Rating: 4", "**Rating**: 4", "Score: 4/5"; a decimal is
+#: captured whole ("**Rating:** 4.5" is a labelled rating, and no whole-number verdict)
+_RATING = re.compile(r"(?:\**\s*\brating|^[ \t>*_#-]*(?:score|grade))\s*\**\s*:?\s*\**\s*(\d+(?:\.\d+)?)(?!\d)",
+                     re.I | re.M)
 #: a number standing alone: not part of a longer number or of a decimal ("3.5", "2024"), and not the scale after a
 #: slash or "out of" ("4/5", "4 out of 5": the 5 is the scale, not a rating)
 _NUMBER = re.compile(r"(?<![\d./])(?<!out of )(\d+)(?!\d|\.\d)", re.I)
@@ -59,19 +62,37 @@ _JUSTIFICATION = re.compile(r"^\s*\**\s*(?:justification|rationale)\s*\**\s*:?\s
 
 
 def parse_rating(text: str, low: int = 1, high: int = 5, *, labelled_only: bool = False) -> int | None:
-    """The rating in a free-text reply: the last "Rating" label (optionally bold, optional colon; "Score" and
-    "Grade" too) followed by an integer in ``[low, high]``; else the last standalone integer in range anywhere in the
-    text; else None. The MTR-Eval authors' rule, with two exceptions where it misreads: a last labelled rating out
-    of range ("**Rating:** 9") is no verdict (theirs falls through to any digit in the reasoning), and the scale of
-    "4/5" or "4 out of 5" is never taken for the rating (their last-digit rule reads "Score: 4/5" as 5).
+    """The rating in a free-text reply: the ``rating`` of a JSON object in it (a judge that answered in JSON); else
+    the last "Rating" label (optionally bold, optional colon; a line starting "Score" or "Grade" too) followed by
+    an integer in ``[low, high]``; else the last standalone integer in range anywhere in the text; else None. The
+    MTR-Eval authors' rule, with these exceptions where it misreads: a last labelled rating out of range
+    ("**Rating:** 9") or not whole ("**Rating:** 4.5") is no verdict (theirs falls through to any digit in the
+    reasoning), the scale of "4/5" or "4 out of 5" is never taken for the rating (their last-digit rule reads
+    "Score: 4/5" as 5), and a JSON reply's digits in its rationale are not read.
     ``labelled_only``: no last-digit fallback (for a reply cut off before its verdict line)."""
-    labelled = [int(m.group(1)) for m in _RATING.finditer(text)]
+    rating = _json_rating(text)
+    if rating is not None:
+        return rating if isinstance(rating, int) and not isinstance(rating, bool) and low <= rating <= high else None
+    labelled = [m.group(1) for m in _RATING.finditer(text)]
     if labelled:
-        return labelled[-1] if low <= labelled[-1] <= high else None
+        last = labelled[-1]
+        return int(last) if last.isdigit() and low <= int(last) <= high else None
     if labelled_only:  # a reply cut off at max_tokens: any digit of the unfinished reasoning is no verdict
         return None
     loose = [int(m.group(1)) for m in _NUMBER.finditer(text) if low <= int(m.group(1)) <= high]
     return loose[-1] if loose else None
+
+
+def _json_rating(text: str) -> Any | None:
+    """The ``rating`` field of the last JSON object in a reply, or None (no object, or none with that field)."""
+    if "{" not in text:
+        return None
+    try:
+        candidates = json_candidates(text)
+    except ParseError:
+        return None
+    ratings = [v["rating"] for v, _ in candidates if isinstance(v, dict) and "rating" in v]
+    return ratings[-1] if ratings else None
 
 
 def parse_choice(text: str, n: int) -> int | None:
@@ -106,7 +127,8 @@ def failure_kind(error: str) -> str:
 
 def judge_call(llm: LLM, messages: list[Message], schema: type[BaseModel],
                fallback_parse: Callable[[str], Any | None], *, params: SamplingParams | None = None,
-               cut_parse: Callable[[str], Any | None] | None = None) -> tuple[Any | None, str, str, str | None]:
+               cut_parse: Callable[[str], Any | None] | None = None,
+               free_text: bool | None = None) -> tuple[Any | None, str, str, str | None]:
     """Ask a judge and read its verdict: ``(value, rationale, raw reply, error)``.
 
     Where the backend constrains structured replies (``not llm.free_text``), structured output against ``schema``
@@ -116,6 +138,8 @@ def judge_call(llm: LLM, messages: list[Message], schema: type[BaseModel],
     ``error`` is set: ``"unparseable: ..."`` (the judge answered, nothing could be read) or ``"call failed: ..."``
     (no answer after retries). A free-text reply cut off at ``max_tokens`` (finish reason ``length``) is read by
     ``cut_parse`` instead when given (e.g. only an explicit rating line: the reasoning was never finished).
+    ``free_text``: the mode the prompt was rendered for (default: ``llm.free_text`` now; pass the value the prompt
+    was rendered with, as it may change under a concurrent ``response_format`` fallback).
     :class:`EndpointUnreachable` propagates: a dead endpoint is fatal for the run, not a per-item failure.
     """
     field = _verdict_field(schema)
@@ -125,7 +149,9 @@ def judge_call(llm: LLM, messages: list[Message], schema: type[BaseModel],
         return None if value is None else {"rationale": free_text_rationale(text), field: value}
 
     try:
-        if llm.free_text:  # one reply, read as the authors read it: a re-ask would change what the judge saw
+        if free_text is None:
+            free_text = llm.free_text
+        if free_text:  # one reply, read as the authors read it: a re-ask would change what the judge saw
             comp = llm.chat(messages, params)
             cut = comp.finish_reason == "length" and cut_parse is not None
             value = (cut_parse if cut else fallback_parse)(comp.text)

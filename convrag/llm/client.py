@@ -24,6 +24,7 @@ from convrag.llm.structured import (
     Schema,
     compact_schema,
     dump_value,
+    json_candidates,
     json_schema_for,
     parse_structured,
     validate,
@@ -70,15 +71,26 @@ def _with_instruction(messages: list[Message], instruction: str) -> list[Message
 
 
 def _read(text: str, schema: Schema, fallback: Callable[[str], Any | None] | None) -> tuple[Any, list[str]]:
-    """The JSON reading of a structured reply; when it fails and ``fallback`` reads a candidate from the text,
-    that candidate validated against ``schema`` (repair ``free_text``)."""
+    """The JSON reading of a structured reply; a reply that holds no JSON at all is read by ``fallback`` when given
+    (its candidate validated against ``schema``; repair ``free_text``). A JSON object that does not validate (a
+    rating out of range, a reply cut off inside the object) is not read some other way: it is re-asked."""
     try:
         return parse_structured(text, schema)
     except ParseError:
-        candidate = fallback(text) if fallback is not None else None
+        if fallback is None or _holds_json(text):
+            raise
+        candidate = fallback(text)
         if candidate is None:
             raise
     return validate(candidate, schema), ["free_text"]
+
+
+def _holds_json(text: str) -> bool:
+    """Whether the reply holds a JSON object (a bracketed ``[2]`` in prose is not one)."""
+    try:
+        return any(isinstance(value, dict) for value, _ in json_candidates(text))
+    except ParseError:
+        return False
 
 
 class LLM:
@@ -338,39 +350,6 @@ class LLM:
                                request={"spec": self.spec, "messages": messages})
             return Parsed(value=value, text=text, attempts=attempt, repairs=repairs, completion=comp, usage=used)
         msg = f"{self.spec}: no valid structured reply after {n} attempts: {errors[-1] if errors else ''}"
-        self.report.record_failure(msg)
-        raise UnparsableReply(msg, attempts=n, last_text=text, errors=errors)
-
-    def read(self, messages: list[Message], reader: Callable[[str], Any | None], params: SamplingParams | None = None,
-             *, attempts: int | None = None, use_cache: bool = True, **overrides: Any) -> Parsed[Any]:
-        """A free-text reply read by ``reader(text)`` (a value, or None / :class:`ParseError` when the reply holds
-        none), for prompts that ask for a format of their own. An unreadable reply is re-asked with the
-        ``reply_retry`` prompt, up to ``attempts`` replies in all; each reply is cached like :meth:`chat`. Raises
-        :class:`UnparsableReply` when no reply could be read, :class:`LLMFailure` when a call failed."""
-        p = self._params(params, overrides)
-        n = attempts or self.structured_attempts
-        convo, errors, used = list(messages), [], Usage()
-        text = ""
-        for attempt in range(1, n + 1):
-            comp = self.chat(convo, p, use_cache=use_cache)
-            text = comp.text
-            used = Usage(used.prompt_tokens + comp.usage.prompt_tokens,
-                         used.completion_tokens + comp.usage.completion_tokens)
-            try:
-                value = reader(text)
-            except ParseError as exc:
-                value, why = None, str(exc)
-            else:
-                why = "no reading in the reply"
-            if value is not None:
-                return Parsed(value=value, text=text, attempts=attempt, completion=comp, cached=comp.cached,
-                              usage=used)
-            errors.append(f"attempt {attempt}: {why}: {text[-160:]!r}")
-            if attempt < n:
-                self.report.count("structured_retries")
-                convo = [*convo, {"role": "assistant", "content": text},
-                         *load_prompt("reply_retry").render(error=why)]
-        msg = f"{self.spec}: no readable reply after {n} attempts: {errors[-1] if errors else ''}"
         self.report.record_failure(msg)
         raise UnparsableReply(msg, attempts=n, last_text=text, errors=errors)
 

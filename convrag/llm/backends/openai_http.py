@@ -6,6 +6,7 @@ import copy
 import json
 import logging
 import os
+import re
 import threading
 from typing import Any
 
@@ -22,6 +23,8 @@ _NOT_STRICT = ("default", "minLength", "maxLength", "minItems", "maxItems", "min
 STRICT_MAX_ENUM = 32
 
 log = logging.getLogger("convrag.llm")
+#: words of a server's error that say the response_format (or the schema in it) was refused
+_FORMAT_WORDS = re.compile(r"response.?format|json.?schema|json.?object|schema|grammar|guided|structured", re.I)
 
 
 def strict_schema(schema: Any) -> Any:
@@ -33,7 +36,8 @@ def strict_schema(schema: Any) -> Any:
         return [strict_schema(v) for v in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {k: strict_schema(v) if k not in ("enum", "const", "required") else copy.deepcopy(v)
+    out = {k: _named(v) if k in ("properties", "$defs", "definitions") else strict_schema(v)
+           if k not in ("enum", "const", "required") else copy.deepcopy(v)
            for k, v in schema.items() if k not in _NOT_STRICT}
     low, high = schema.get("minimum"), schema.get("maximum")
     if (schema.get("type") == "integer" and isinstance(low, int) and isinstance(high, int)
@@ -43,6 +47,11 @@ def strict_schema(schema: Any) -> Any:
         out["required"] = list(out["properties"])
         out["additionalProperties"] = False
     return out
+
+
+def _named(schemas: Any) -> Any:
+    """A ``properties`` / ``$defs`` map: its names are kept whatever they are (a field may be called ``default``)."""
+    return {k: strict_schema(v) for k, v in schemas.items()} if isinstance(schemas, dict) else strict_schema(schemas)
 
 
 def _response_format(style: str, schema: dict[str, Any]) -> dict[str, Any] | None:
@@ -87,8 +96,6 @@ class OpenAIBackend(Backend):
         self.extra_body = dict(extra_body or {})
         self._style = None if response_format == "auto" else response_format
         self._auto = 0
-        #: response_format styles the server rejected, as "old -> new" (the run report lists them)
-        self.fallbacks: list[str] = []
         self._lock = threading.Lock()
         self._openai = openai
         self.client = openai.OpenAI(base_url=self.base_url, api_key=key, max_retries=0, timeout=timeout)
@@ -133,15 +140,15 @@ class OpenAIBackend(Backend):
                     moved = RESPONSE_FORMAT_STYLES[self._auto] == style
                     if moved:
                         self._auto += 1
-                        self.fallbacks.append(f"{style} -> {RESPONSE_FORMAT_STYLES[self._auto]}")
                 if moved:  # said once per style, not per call
                     log.warning("%s at %s rejected response_format %s (%s); using %s from now on", self.model,
                                 self.base_url or "api.openai.com", style, str(exc).split(":", 1)[0],
                                 RESPONSE_FORMAT_STYLES[self._auto])
                 raise BackendError(str(exc), retryable=True, kind="rejected", immediate=True) from exc
             raise
-        with self._lock:
-            self._style = style
+        with self._lock:  # settle on the style that worked, unless another call has already given it up
+            if self._style is None and RESPONSE_FORMAT_STYLES[self._auto] == style:
+                self._style = style
         return out
 
     def _call(self, kwargs: dict[str, Any]) -> Completion:
@@ -154,9 +161,10 @@ class OpenAIBackend(Backend):
             raise BackendError(f"connection error: {exc}", retryable=True, kind="connection") from exc
         except o.APIStatusError as exc:
             code = exc.status_code
-            if kwargs.get("response_format") is not None and (
-                    code in (400, 422) or (code >= 500 and "response_format" in str(exc))):
-                # e.g. llama-cpp-python's server answers 500 with a validation error for json_schema
+            if kwargs.get("response_format") is not None and (code in (400, 422) or code >= 500) \
+                    and _FORMAT_WORDS.search(str(exc)):
+                # the server refuses the format (vLLM, OpenAI: 400; llama-cpp-python's server: 500 with a validation
+                # error); a 400 about something else (a prompt over the context length) is not a format rejection
                 raise BackendError(f"request rejected ({code}): {exc}", kind="rejected") from exc
             if code == 429:
                 raise BackendError(f"rate limited (429): {exc}", retryable=True, kind="rate_limit") from exc
