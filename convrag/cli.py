@@ -101,9 +101,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     Every argument, run and submission is checked before any retriever runs, and nothing is written on an error.
     """
     from convrag.evaluation.profile import profile_of
-    from convrag.evaluation.report import claimed_out, evaluate_folder, render, write_outputs
+    from convrag.evaluation.report import evaluate_folder, render, write_outputs
     from convrag.hub import resolve_folder
     from convrag.manifest import read_manifest
+    from convrag.out_folder import claimed_out
     from convrag.progress import datasets_bars, wanted
     from convrag.progress import scope as progress_scope
 
@@ -184,16 +185,16 @@ def _dense_options(retrievers: list[str], model: str | None, options: dict[str, 
 def cmd_evaluate_generation(args: argparse.Namespace) -> int:
     """Score generated answers (MTRAGEval Subtasks B/C): IDK-conditioned RB_alg, RB_llm, RL_F. The judge is chosen
     explicitly (``--judge`` or ``$CONVRAG_LLM``); nothing is written unless scoring succeeds, and only into a
-    results folder of this command that holds no input (:func:`convrag.evaluation.report.claimed_out`)."""
+    results folder of this command that holds no input (:func:`convrag.out_folder.claimed_out`)."""
     import os
 
     from convrag.evaluation.generation import evaluate_generation, read_built_tasks, render_tables, write_outputs
-    from convrag.evaluation.report import claimed_out
     from convrag.hub import names_hub_repo, resolve_folder
     from convrag.llm.spec import PLACEHOLDER_WARNING, REAL_MODEL_HINT, SPEC_ENV, is_placeholder
     from convrag.metrics.generation.components import BertScorer
     from convrag.metrics.generation.io import read_responses
     from convrag.metrics.generation.scorer import METRICS
+    from convrag.out_folder import claimed_out
     from convrag.progress import wanted
 
     metrics = list(dict.fromkeys(m.lower() for m in _split_list(args.metrics)))

@@ -182,47 +182,57 @@ def check_not_input(out: str | os.PathLike[str], inputs: Iterable[str | os.PathL
     return target
 
 
-def claim_out(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None], command: str, *,
-              read_whole: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
-    """Make ``out`` a results folder owned by ``convrag COMMAND`` and return it (resolved).
+def out_owner(folder: Path) -> str | None:
+    """The command named by ``folder``'s :data:`OWNER_MARKER`, or None (no marker, or an unreadable one)."""
+    try:
+        owner = json.loads((folder / OWNER_MARKER).read_text(encoding="utf-8")).get("command")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return owner if isinstance(owner, str) else None
 
-    Refused (one-line :class:`ConvragError`, nothing written): ``out`` is a file; it is an input or contains one
-    or lies in a ``read_whole`` folder (:func:`check_not_input`); it exists, is not empty and holds no
-    :data:`OWNER_MARKER` of the same command (a user's own folder, or another command's results). A new or empty
-    folder is created and marked; a folder the same command wrote before is reused (its files are replaced one by
-    one)."""
+
+def check_results_out(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None], command: str,
+                      *, read_whole: Iterable[str | os.PathLike[str] | None] = (), earlier: bool = False) -> Path:
+    """Refuse (one-line :class:`ConvragError`) an ``out`` that :func:`claim_out` would refuse, writing nothing:
+    a file; an input, a folder holding one or one inside a ``read_whole`` folder (:func:`check_not_input`); a
+    non-empty folder without the :data:`OWNER_MARKER` of ``command`` (``earlier``: the caller recognised the
+    folder as its own from before markers existed). Returns it resolved."""
     path = Path(out).expanduser()
     if path.exists() and not path.is_dir():
         raise ConvragError(f"{out}: --out names an existing file, not a folder")
     target = check_not_input(path, inputs, read_whole=read_whole)
-    marker = target / OWNER_MARKER
-    if target.is_dir() and any(target.iterdir()):
-        owner = None
-        if marker.is_file():
-            try:
-                owner = json.loads(marker.read_text(encoding="utf-8")).get("command")
-            except (OSError, ValueError, AttributeError):
-                owner = None
+    if target.is_dir() and any(target.iterdir()) and not earlier:
+        owner = out_owner(target)
         if owner != command:
             held = f"it holds `convrag {owner}` results" if owner else f"it has no {OWNER_MARKER}"
             raise ConvragError(f"{out}: --out is not empty and is not a results folder of `convrag {command}` "
                                f"({held}): not writing into it; choose a new or empty folder")
-        return target
-    target.mkdir(parents=True, exist_ok=True)
-    marker.write_text(json.dumps({"command": command}) + "\n", encoding="utf-8")
+    return target
+
+
+def claim_out(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None], command: str, *,
+              read_whole: Iterable[str | os.PathLike[str] | None] = (), earlier: bool = False) -> Path:
+    """Make ``out`` a results folder owned by ``convrag COMMAND`` and return it (resolved): refused as
+    :func:`check_results_out` says, nothing written; a new or empty folder is created and marked; a folder the same
+    command wrote before is reused (its files are replaced one by one)."""
+    target = check_results_out(out, inputs, command, read_whole=read_whole, earlier=earlier)
+    if not (target / OWNER_MARKER).is_file() or out_owner(target) != command:
+        target.mkdir(parents=True, exist_ok=True)
+        (target / OWNER_MARKER).write_text(json.dumps({"command": command}) + "\n", encoding="utf-8")
     return target
 
 
 @contextmanager
-def claimed_out(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None],
-                command: str) -> Iterator[Path]:
-    """:func:`claim_out` for the block's duration, yielding the folder. When the block raises while a folder the
-    claim created or found empty still holds only the marker, the claim is undone (marker and the folders it needed
-    removed), so a run that fails before writing leaves nothing behind; one that wrote outputs keeps them."""
+def claimed_out(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None], command: str, *,
+                read_whole: Iterable[str | os.PathLike[str] | None] = ()) -> Iterator[Path]:
+    """:func:`claim_out` (same arguments) for the block's duration, yielding the folder. When the block raises
+    while a folder the claim created or found empty still holds only the marker, the claim is undone (marker and the
+    folders it needed removed), so a run that fails before writing leaves nothing behind; one that wrote outputs
+    keeps them."""
     path = Path(out).expanduser().absolute()
     created = [p for p in (path, *path.parents) if not p.exists()]  # deepest first
     fresh = not (path.is_dir() and any(path.iterdir()))
-    target = claim_out(out, inputs, command)
+    target = claim_out(out, inputs, command, read_whole=read_whole)
     try:
         yield target
     except BaseException:

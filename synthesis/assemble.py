@@ -64,6 +64,7 @@ import pyarrow.parquet as pq
 from convrag.errors import ConvragError
 from convrag.synthesis.documents import CorpusRef, fetch_documents, iter_documents
 from convrag.synthesis.engine import REPORT_FILE, Estimate, Stage, StageContext, StageReport
+from convrag.synthesis.fingerprint import ReadsCorpus
 from convrag.synthesis.records import count_records, read_records
 
 LAYOUTS = ("splice", "paper")
@@ -231,7 +232,7 @@ def _number(value: Any, name: str) -> float:
     return float(value)
 
 
-class Assemble(Stage):
+class Assemble(ReadsCorpus, Stage):
     """Hard topic switches, conversation-level split and MTR-Bench files (see the module docstring).
 
     ``switch_ratio`` applies to the ``splice`` layout only; ``source`` / ``corpus_config`` name the corpus when
@@ -256,11 +257,6 @@ class Assemble(Stage):
     def params(self) -> dict[str, Any]:
         return {"source": self.source, "corpus_config": self.corpus_config, "layout": self.layout,
                 "switch_ratio": self.switch_ratio, "test_size": self.test_size, "test_fraction": self.test_fraction}
-
-    def input_files(self) -> list[str]:
-        from convrag.synthesis.corpus_source import corpus_files
-
-        return list(corpus_files(self.source, self.corpus_config).files) if self.source is not None else []
 
     def _input(self, ctx: StageContext) -> Path:
         """The polish stage's records when it finished, else the converse stage's (an error if unfinished)."""

@@ -36,6 +36,7 @@ from convrag.synthesis.engine import (
     StageReport,
     write_table_atomic,
 )
+from convrag.synthesis.fingerprint import ReadsCorpus
 from convrag.synthesis.knn import check_index, knn_graph
 from convrag.synthesis.shards import count_rows, iter_shard, shard_files
 from convrag.synthesis.text import ngram_jaccard
@@ -52,7 +53,7 @@ def save_npy_atomic(path: Path, array: np.ndarray) -> None:
     os.replace(tmp, path)
 
 
-class Cluster(Stage):
+class Cluster(ReadsCorpus, Stage):
     """Embedding + kNN + clustering of the curated corpus (see the module docstring)."""
 
     name = "cluster"
@@ -92,9 +93,6 @@ class Cluster(Stage):
                 "block": self.block}
 
     # -- input ---------------------------------------------------------------------------------------------
-    def input_files(self) -> list[str]:
-        return list(corpus_files(self.source, self.corpus_config).files) if self.source is not None else []
-
     def _curated(self, ctx: StageContext) -> Path | None:
         if self.after_curate:
             return ctx.stage_folder("curate") / "corpus"

@@ -37,6 +37,7 @@ from convrag.progress import label
 from convrag.synthesis.agents import AgentError, Doc, Exchange, Questioner, Responder, draw_documents
 from convrag.synthesis.documents import CorpusRef, fetch_documents
 from convrag.synthesis.engine import REPORT_FILE, Estimate, StageContext, StageReport
+from convrag.synthesis.fingerprint import ReadsCorpus
 from convrag.synthesis.records import RecordStage, read_records
 
 LAYOUTS = ("splice", "paper")
@@ -98,7 +99,7 @@ class _Conversation:
         return [Exchange(t["question"], t["answer"]) for t in self.turns]
 
 
-class Converse(RecordStage):
+class Converse(ReadsCorpus, RecordStage):
     """Questioner + Responder over every cluster (see the module docstring)."""
 
     name = "converse"
@@ -149,11 +150,6 @@ class Converse(RecordStage):
                 **{f"responder_{k}": v for k, v in self.responder_options.items()}, "shard_size": self.shard_size}
 
     # -- input ----------------------------------------------------------------------------------------------
-    def input_files(self) -> list[str]:
-        from convrag.synthesis.corpus_source import corpus_files
-
-        return list(corpus_files(self.source, self.corpus_config).files) if self.source is not None else []
-
     def _clusters(self, out: Path) -> list[tuple[int, list[str]]]:
         from convrag.synthesis.cluster import read_clusters
 

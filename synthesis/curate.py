@@ -31,6 +31,7 @@ from convrag.synthesis.boilerplate import TAIL_HEADINGS, BoilerplateRemover
 from convrag.synthesis.chunking import Chunker, ChunkingStep
 from convrag.synthesis.corpus_source import CorpusReader, corpus_files, count_documents
 from convrag.synthesis.engine import Estimate, Stage, StageContext, StageReport
+from convrag.synthesis.fingerprint import ReadsCorpus
 from convrag.synthesis.minhash_dedup import MODES, DropListed, GreedyMinhashDedup, MinhashSignature
 from convrag.synthesis.quality import QualityFilter, scorer_from_spec
 from convrag.synthesis.shards import ShardReader, ShardWriter, count_rows
@@ -46,7 +47,7 @@ class QuietLocalExecutor(LocalPipelineExecutor):
         return super()._run_for_rank(rank, local_rank, node_rank)
 
 
-class Curate(Stage):
+class Curate(ReadsCorpus, Stage):
     """Curation of a corpus source into ``curate/corpus/*.parquet`` (see the module docstring)."""
 
     name = "curate"
@@ -89,9 +90,6 @@ class Curate(Stage):
         return {"source": self.source, "corpus_config": self.corpus_config, "headings": self.headings,
                 **self.chunking, "minhash": self.minhash, "quality": self.quality,
                 "quality_options": self.quality_options}
-
-    def input_files(self) -> list[str]:
-        return list(corpus_files(self.source, self.corpus_config).files)
 
     def estimate(self, ctx: StageContext) -> Estimate:
         files = corpus_files(self.source, self.corpus_config)

@@ -7,15 +7,15 @@ half-written file under its final name)::
     OUT/inputs.json            each stage's input fingerprint (``synthesis.fingerprint``; written as it starts)
     OUT/<stage>/params.json    the stage's parameters and the seed (written before the stage runs)
     OUT/<stage>/...            the stage's outputs (record shards, arrays)
-    OUT/<stage>/report.json    written last: the stage is finished
+    OUT/<stage>/report.json    written last: the stage is finished (with the digest of its output)
     OUT/<stage>/incomplete.json  instead of report.json: the stage stopped the run (why, with the counts)
 
 Resuming: a stage whose ``report.json`` exists is skipped; an unfinished stage is run again and skips the
 work it already finished (record shards already on disk, datatrove tasks marked complete, arrays already
 saved). LLM calls go through the LLM layer's on-disk cache, so redone work repeats no paid call. A stage
 folder made with other parameters is an error (rerun with the same parameters, or ``redo`` that stage). A
-stage whose inputs changed (a corpus file edited, an upstream stage redone) is redone with every stage after
-it, and the run says so.
+stage whose inputs changed (a corpus file edited, added or removed; the output of the stage it builds on
+changed) is redone with every stage after it, and the run says so.
 
 No empty success: a stage that ends with no usable record (``Stage.empty``: everything dropped) stops the run
 with :class:`~convrag.errors.EmptyResult` naming the stage and the drops per reason; its shards stay on disk
@@ -43,9 +43,8 @@ from convrag.errors import ConvragError, EmptyResult
 from convrag.llm.report import RunReport, load_prices, price_for
 from convrag.llm.types import EndpointUnreachable
 from convrag.progress import scope
-from convrag.synthesis.fingerprint import first_changed, plan_records, write_inputs
+from convrag.synthesis.fingerprint import OUTPUT_KEY, REPORT_FILE, RunInputs, output_digest, write_inputs
 
-REPORT_FILE = "report.json"
 PARAMS_FILE = "params.json"
 PIPELINE_FILE = "pipeline.json"
 INCOMPLETE_FILE = "incomplete.json"
@@ -176,6 +175,11 @@ class Stage(ABC):
         """The files outside OUT the stage reads (corpus, items, option files); their hashes enter its fingerprint."""
         return []
 
+    def input_listing(self) -> dict[str, Any] | None:
+        """How ``input_files`` were listed (recorded, so that a later run lists them again and sees a file added or
+        removed); None when they are named one by one."""
+        return None
+
     def empty(self, report: StageReport) -> str | None:
         """Why the stage's output holds nothing usable (one line with the counts), or None when it does."""
         if report.records_out:
@@ -261,8 +265,9 @@ class Pipeline:
             on_stage: Any = None, on_note: Callable[[str], None] | None = None) -> list[StageReport]:
         """Run (or resume) every stage; ``redo`` names stages whose folders are cleared first, together with
         every later stage's (they depend on it). A stage whose inputs changed since its folder was written
-        (another fingerprint) is redone in the same way, said in one line through ``on_note``.
-        ``on_stage(report)`` is called after each stage.
+        (another fingerprint: an input file, or the output of the stage it builds on, changed) is redone in the
+        same way, said in one line through ``on_note``. A kept stage (not run now) that a stage run now builds on
+        and whose inputs changed is an error naming it. ``on_stage(report)`` is called after each stage.
 
         A stage whose output holds nothing usable (``Stage.empty``) or whose LLM endpoint stopped answering
         stops the run there: :class:`EmptyResult`, its partial output kept beside ``incomplete.json``."""
@@ -277,20 +282,34 @@ class Pipeline:
         with _Lock(out):
             first_redo = min((names.index(r) for r in redo), default=len(names))
             self.check(out, names[first_redo:])
-            planned = [(s.name, json.loads(json.dumps(self._stage_params(s))), s.input_files()) for s in self.stages]
-            plan = plan_records(out, planned, self.order or names)
-            first_redo = first_changed(out, names, plan, first_redo, on_note)
-            for name in names[first_redo:]:
-                if (out / name).exists():
-                    shutil.rmtree(out / name)
+            inputs = RunInputs(out, self.order or names, names)
+            for last in names[-1:]:  # before any work; checked again before each stage, as outputs change
+                inputs.refuse_stale(last)
+            self._clear(out, names[first_redo:])
             write_json_atomic(out / PIPELINE_FILE, {"pipeline": self.name, "seed": self.seed, "stages": names})
             reports = []
-            for stage, record in zip(self.stages, plan, strict=True):
+            for i, stage in enumerate(self.stages):
+                inputs.refuse_stale(stage.name)
+                record = inputs.record(stage.name, json.loads(json.dumps(self._stage_params(stage))),
+                                       stage.input_files(), stage.input_listing())
+                why = inputs.changed(stage.name, record)
+                if why is not None:
+                    after = len(names) - i - 1
+                    rest = {0: "", 1: " and the stage after it"}.get(after, f" and the {after} stages after it")
+                    if on_note is not None:
+                        on_note(f"{stage.name}: input changed ({why}), redoing {stage.name}{rest}")
+                    self._clear(out, names[i:])
                 report = self._run_stage(stage, out, progress, record)
                 reports.append(report)
                 if on_stage is not None:
                     on_stage(report)
             return reports
+
+    @staticmethod
+    def _clear(out: Path, names: Sequence[str]) -> None:
+        for name in names:
+            if (out / name).exists():
+                shutil.rmtree(out / name)
 
     def _run_stage(self, stage: Stage, out: Path, progress: bool, record: dict[str, Any]) -> StageReport:
         folder = out / stage.name
@@ -326,7 +345,7 @@ class Pipeline:
         if reason is not None:
             write_json_atomic(failed, {**report.to_dict(), "complete": False, "reason": reason, "rerun": "redo"})
             raise EmptyResult(reason)
-        write_json_atomic(done, report.to_dict())
+        write_json_atomic(done, {**report.to_dict(), OUTPUT_KEY: output_digest(folder)})
         return report
 
 

@@ -1,12 +1,14 @@
 """Input fingerprints of synthesis stages: what a stage's output was computed from, so that a rerun after an
 input changed redoes that stage and every stage after it.
 
-A stage's fingerprint is the SHA-256 of its parameters (stage name, seed and options, as in params.json), the
-SHA-256 of every file it reads itself (``Stage.input_files``: the corpus, the items file, option files) and the
-fingerprint of the stage before it (the nearest earlier stage of the pipeline that runs now or has a folder
-under OUT), so a change reaches every later stage. ``OUT/inputs.json`` holds every stage's record (its fingerprint, each
-file's hash, size and modification time, its upstream stage), written when the stage starts; a record counts
-only while the stage's folder exists.
+A stage's fingerprint is the SHA-256 of its parameters (stage name, seed and options, as in params.json), of
+every file it reads itself (``Stage.input_files``: the corpus, the items file, option files; the set counts too,
+so a file added to or removed from a corpus folder is a change) and of the output of the stage it builds on:
+the nearest earlier stage of the pipeline finished under OUT, named with its output digest
+(:func:`output_digest`, kept in its ``report.json``). A redone stage whose output differs thus makes every later
+stage redo; one whose output came out the same leaves them. ``OUT/inputs.json`` holds every stage's record (its
+fingerprint, each file's hash, size and modification time, how the files were listed, the stage it builds on and
+that stage's output digest), written when the stage starts; a record counts only while the stage's folder exists.
 
 Files are read by streaming, in blocks of 1 MiB, at most once per run. A file whose size and modification time
 equal the recorded ones keeps its recorded hash without being read, unless it was modified within 2 seconds
@@ -19,13 +21,19 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from convrag.errors import ConvragError
 
 INPUTS_FILE = "inputs.json"
+#: written last into a stage's folder: the stage has finished (its figures and its output digest)
+REPORT_FILE = "report.json"
+#: the key of the output digest in report.json
+OUTPUT_KEY = "output_sha256"
+#: files of a stage folder that are not its output: its parameters and its end markers
+NOT_OUTPUT = frozenset({"params.json", REPORT_FILE, "incomplete.json"})
 BLOCK = 1 << 20
 #: a recorded hash is trusted only for a file last modified at least this many seconds before it was taken
 RACY_SECONDS = 2.0
@@ -38,6 +46,39 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
         while block := handle.read(BLOCK):
             digest.update(block)
     return digest.hexdigest()
+
+
+def output_digest(folder: Path) -> str:
+    """A stage's output digest: SHA-256 over the relative path and content hash of every file under ``folder``
+    except params.json, report.json, incomplete.json, ``*.tmp`` and whatever lies under a name starting with
+    ``_`` or ``.`` (an executor's logs and completion markers)."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*"), key=lambda p: p.relative_to(folder).as_posix()):
+        rel = path.relative_to(folder)
+        if (not path.is_file() or rel.as_posix() in NOT_OUTPUT or path.name.endswith(".tmp")
+                or any(part[0] in "_." for part in rel.parts)):
+            continue
+        digest.update(f"{rel.as_posix()}\0{sha256_file(path)}\n".encode())
+    return digest.hexdigest()
+
+
+def finished_output(folder: Path, computed: dict[Path, str] | None = None) -> str | None:
+    """The output digest of a finished stage (the one in its report.json, else computed now and kept in
+    ``computed`` for the next call); None when it has not finished."""
+    report = folder / REPORT_FILE
+    if not report.is_file():
+        return None
+    try:
+        data = json.loads(report.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        data = None
+    recorded = data.get(OUTPUT_KEY) if isinstance(data, dict) else None
+    if isinstance(recorded, str):
+        return recorded
+    computed = {} if computed is None else computed
+    if folder not in computed:
+        computed[folder] = output_digest(folder)
+    return computed[folder]
 
 
 def _records(out: Path) -> dict[str, Any]:
@@ -64,6 +105,34 @@ def write_inputs(out: Path, stage: str, record: dict[str, Any]) -> None:
     tmp = out / (INPUTS_FILE + ".tmp")
     tmp.write_text(json.dumps({"stages": stages}, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     os.replace(tmp, out / INPUTS_FILE)
+
+
+def listed_files(listing: dict[str, Any]) -> list[str]:
+    """The files a recorded listing names now (absolute): its corpus source's files, as the corpus reader lists
+    them."""
+    from convrag.synthesis.corpus_source import corpus_files
+
+    return [str(Path(f).resolve()) for f in corpus_files(listing["corpus"], listing.get("corpus_config")).files]
+
+
+class ReadsCorpus:
+    """Mixin of a stage that reads the corpus source ``source`` (None: none) with ``corpus_config``: its files
+    are the stage's input files, and the source is recorded so that a later run lists it again."""
+
+    source: str | None
+    corpus_config: str | None
+
+    def input_files(self) -> list[str]:
+        """The corpus source's files, as the corpus reader lists them."""
+        from convrag.synthesis.corpus_source import corpus_files
+
+        return list(corpus_files(self.source, self.corpus_config).files) if self.source is not None else []
+
+    def input_listing(self) -> dict[str, Any] | None:
+        """The corpus source (absolute) and config the input files come from; None without a source."""
+        if self.source is None:
+            return None
+        return {"corpus": str(Path(self.source).resolve()), "corpus_config": self.corpus_config}
 
 
 class FileHashes:
@@ -103,80 +172,97 @@ class FileHashes:
         return entry
 
 
-def stage_record(params: dict[str, Any], files: list[str], upstream: tuple[str, str] | None,
-                 hashes: FileHashes) -> dict[str, Any]:
-    """The ``inputs.json`` record of a stage: its fingerprint, the entries of its files, its upstream stage."""
-    entries = {str(Path(f).resolve()): hashes.entry(f) for f in dict.fromkeys(files)}
-    basis = {"params": params, "files": {p: e["sha256"] for p, e in sorted(entries.items())},
-             "upstream": upstream[1] if upstream else None}
-    fingerprint = hashlib.sha256(json.dumps(basis, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
-    return {"fingerprint": fingerprint, "files": entries,
-            "upstream": {"stage": upstream[0], "fingerprint": upstream[1]} if upstream else None}
+def file_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The files whose hash differs between two ``{path: sha256}`` maps, by name; ``NAME (added)`` for one only
+    in ``new``, ``NAME (removed)`` for one only in ``old``."""
+    return [os.path.basename(p) + (" (added)" if p not in old else " (removed)" if p not in new else "")
+            for p in sorted(set(old) | set(new)) if old.get(p) != new.get(p)]
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more files" if len(names) > 3 else "")
 
 
 def what_changed(old: dict[str, Any], new: dict[str, Any]) -> str:
-    """What differs between two records, in words: the changed files' names, else the upstream stage's output."""
-    old_files = {p: (e or {}).get("sha256") for p, e in (old.get("files") or {}).items()}
-    new_files = {p: e["sha256"] for p, e in new["files"].items()}
-    names = [os.path.basename(p) for p in sorted(set(old_files) | set(new_files))
-             if old_files.get(p) != new_files.get(p)]
+    """What differs between two records, in words: the changed files, else the output of the stage built on,
+    else the parameters."""
+    names = file_changes({p: (e or {}).get("sha256") for p, e in (old.get("files") or {}).items()},
+                         {p: e["sha256"] for p, e in new["files"].items()})
     if names:
-        return ", ".join(names[:3]) + (f" and {len(names) - 3} more files" if len(names) > 3 else "")
-    upstream = new.get("upstream") or old.get("upstream") or {}
-    if upstream:
-        return f"the output of stage {upstream['stage']}"
+        return _shown(names)
+    upstream = new.get("upstream") or old.get("upstream")
+    if old.get("upstream") != new.get("upstream") and isinstance(upstream, dict):
+        return f"the output of stage {upstream.get('stage')}"
     return "its parameters"
 
 
-def plan_records(out: Path, stages: Sequence[tuple[str, dict[str, Any], list[str]]],
-                 order: Sequence[str]) -> list[dict[str, Any]]:
-    """The record of each stage run now, from its (name, params, input files), in run order. ``order`` is every
-    stage of the pipeline: a stage's upstream is the nearest earlier one run now or with a folder under ``out``.
+class RunInputs:
+    """The inputs of one run of a pipeline under ``out``: ``order`` is every stage of the pipeline, ``names``
+    the stages run now; every other stage with a folder under ``out`` is kept as it is."""
 
-    An earlier stage not run now whose recorded input files changed since it ran is an error naming it (its
-    output no longer follows its inputs, and this run would build on it)."""
-    hashes = FileHashes.recorded_under(out)
-    planned: dict[str, str] = {}
-    records = []
-    for name, params, files in stages:
-        earlier = list(order[:order.index(name)]) if name in order else []
-        kept = [before for before in earlier if before not in planned and (out / before).is_dir()]
-        for before in kept:
-            _refuse_stale(out, before, read_inputs(out, before), hashes)
-        upstream = None
-        for before in reversed(earlier):
-            if before in planned:
-                upstream = (before, planned[before])
-            elif before in kept:
-                old = read_inputs(out, before)
-                upstream = (before, old["fingerprint"] if old else "not recorded")
-            if upstream:
-                break
-        record = stage_record(params, files, upstream, hashes)
-        planned[name] = record["fingerprint"]
-        records.append(record)
-    return records
+    def __init__(self, out: Path, order: Sequence[str], names: Sequence[str]) -> None:
+        self.out, self.order, self.names = out, list(order), list(names)
+        self.hashes = FileHashes.recorded_under(out)
+        #: output digests computed for finished stages whose report.json has none (written by older versions)
+        self.computed: dict[Path, str] = {}
 
+    def _earlier(self, name: str) -> list[str]:
+        return self.order[:self.order.index(name)] if name in self.order else []
 
-def _refuse_stale(out: Path, name: str, old: dict[str, Any] | None, hashes: FileHashes) -> None:
-    changed = [os.path.basename(p) for p, e in ((old or {}).get("files") or {}).items()
-               if os.path.isfile(p) and hashes.entry(p)["sha256"] != (e or {}).get("sha256")]
-    if changed:
-        raise ConvragError(f"{out / name}: input changed since stage {name} ran ({', '.join(changed)}) and it is "
-                           f"not among the stages run; add {name} and the stages after it to --stages")
+    def upstream(self, name: str) -> dict[str, str] | None:
+        """What ``name`` builds on: the nearest earlier stage of the pipeline finished under OUT and its output
+        digest; None when there is none."""
+        for before in reversed(self._earlier(name)):
+            digest = finished_output(self.out / before, self.computed)
+            if digest is not None:
+                return {"stage": before, "output": digest}
+        return None
 
+    def record(self, name: str, params: dict[str, Any], files: list[str],
+               listing: dict[str, Any] | None) -> dict[str, Any]:
+        """The ``inputs.json`` record of stage ``name`` now: its fingerprint, its files' entries, how they were
+        listed, what it builds on."""
+        entries = {str(Path(f).resolve()): self.hashes.entry(f) for f in dict.fromkeys(files)}
+        upstream = self.upstream(name)
+        basis = {"params": params, "files": {p: e["sha256"] for p, e in sorted(entries.items())},
+                 "upstream": upstream}
+        fingerprint = hashlib.sha256(json.dumps(basis, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+        return {"fingerprint": fingerprint, "files": entries, "listing": listing, "upstream": upstream}
 
-def first_changed(out: Path, names: Sequence[str], plan: list[dict[str, Any]], first_redo: int,
-                  on_note: Callable[[str], None] | None) -> int:
-    """Index of the first stage run now whose recorded fingerprint differs from its planned one (said in one line
-    through ``on_note``), or ``first_redo`` when none comes before it. No record (older runs) counts as unchanged."""
-    for i, (name, record) in enumerate(zip(names[:first_redo], plan, strict=False)):
-        old = read_inputs(out, name)
+    def changed(self, name: str, record: dict[str, Any]) -> str | None:
+        """What changed since stage ``name`` last started under OUT (see :func:`what_changed`); None when its
+        fingerprint is the recorded one or nothing is recorded (older runs)."""
+        old = read_inputs(self.out, name)
         if old is None or old["fingerprint"] == record["fingerprint"]:
-            continue
-        after = len(names) - i - 1
-        rest = "" if not after else f" and the {after} stages after it" if after > 1 else " and the stage after it"
-        if on_note is not None:
-            on_note(f"{name}: input changed ({what_changed(old, record)}), redoing {name}{rest}")
-        return i
-    return first_redo
+            return None
+        return what_changed(old, record)
+
+    def refuse_stale(self, name: str) -> None:
+        """An error naming the first kept stage before ``name`` whose inputs changed since it ran: its output no
+        longer follows them, and ``name`` would build on it."""
+        for before in self._earlier(name):
+            old = read_inputs(self.out, before) if before not in self.names else None
+            why = self._stale(before, old) if old is not None else ""
+            if why:
+                raise ConvragError(f"{self.out / before}: input changed since stage {before} ran ({why}) and it "
+                                   f"is not among the stages run; add {before} and the stages after it to --stages")
+
+    def _stale(self, name: str, old: dict[str, Any]) -> str:
+        """What changed in a kept stage's inputs: a recorded file edited or missing, a file its corpus source
+        lists now and did not then, the output it builds on; empty when nothing did."""
+        recorded = {p: (e or {}).get("sha256") for p, e in (old.get("files") or {}).items()}
+        now = {p: self.hashes.entry(p)["sha256"] for p in recorded if os.path.isfile(p)}
+        listing = old.get("listing")
+        if isinstance(listing, dict) and isinstance(listing.get("corpus"), str):
+            try:
+                listed = listed_files(listing)
+            except ConvragError:
+                return f"its corpus {listing.get('corpus')} can no longer be read"
+            now = {p: now[p] if p in now else self.hashes.entry(p)["sha256"] for p in listed}
+        names = file_changes(recorded, now)
+        if names:
+            return _shown(names)
+        upstream = self.upstream(name)
+        if old.get("upstream") != upstream:
+            return f"the output of stage {(old.get('upstream') or upstream or {}).get('stage')}"
+        return ""

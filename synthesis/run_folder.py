@@ -14,8 +14,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from convrag.errors import ConvragError
-from convrag.out_folder import OWNER_MARKER, check_not_input, claim_out
+from convrag.out_folder import OWNER_MARKER, check_results_out, claim_out
 from convrag.synthesis.engine import PIPELINE_FILE
 
 
@@ -49,28 +48,14 @@ def check_run_folder(out: str | os.PathLike[str], inputs: Iterable[str | os.Path
                      pipeline: str, read_folders: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
     """Refuse an ``out`` the run must not write (see the module docstring); writes nothing. Returns it resolved."""
     path = Path(out).expanduser()
-    if path.exists() and not path.is_dir():
-        raise ConvragError(f"{out}: --out exists and is not a folder")
-    target = check_not_input(path, inputs)
-    for folder in read_folders:
-        if folder is not None and Path(folder).is_dir() and Path(folder).resolve() in target.parents:
-            raise ConvragError(f"{out}: --out is inside the corpus folder {folder}, whose files are all read; "
-                               "write somewhere else")
-    if target.is_dir() and any(target.iterdir()) and not _earlier_run(target, pipeline):
-        owner = _read(target / OWNER_MARKER).get("command")
-        if owner != command:
-            held = f"it holds `convrag {owner}` results" if owner else f"it has no {OWNER_MARKER}"
-            raise ConvragError(f"{out}: --out is not empty and is not a results folder of `convrag {command}` "
-                               f"({held}): not writing into it; choose a new or empty folder")
-    return target
+    earlier = path.is_dir() and _earlier_run(path.resolve(), pipeline)
+    return check_results_out(path, inputs, command, read_whole=read_folders, earlier=earlier)
 
 
 def claim_run_folder(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None], command: str,
                      pipeline: str, read_folders: Iterable[str | os.PathLike[str] | None] = ()) -> Path:
     """:func:`check_run_folder`, then make ``out`` this command's results folder (created and marked; an earlier
     run's folder is marked and resumed). Returns it resolved."""
-    inputs = list(inputs)
-    target = check_run_folder(out, inputs, command, pipeline, read_folders)
-    if target.is_dir() and _earlier_run(target, pipeline):
-        (target / OWNER_MARKER).write_text(json.dumps({"command": command}) + "\n", encoding="utf-8")
-    return claim_out(target, inputs, command)
+    path = Path(out).expanduser()
+    earlier = path.is_dir() and _earlier_run(path.resolve(), pipeline)
+    return claim_out(path, inputs, command, read_whole=read_folders, earlier=earlier)

@@ -339,7 +339,7 @@ def test_select_dry_run_and_refusals(hotpot: dict, tmp_path: Path, capsys: pytes
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "keep.txt").write_text("mine", encoding="utf-8")
-    for args, message in (([*base, "--out", str(busy)], "must be a new or empty folder"),
+    for args, message in (([*base, "--out", str(busy)], "is not a results folder of `convrag select`"),
                           ([*base, "--out", str(folder / "queries.jsonl")], "--out names an existing file"),
                           ([*base, "--out", str(tmp_path / "o"), "--max-queries", "0"], "--max-queries must be"),
                           (["select", "--space", str(tmp_path / "none.yaml"), "--corpus", "x", "--queries",

@@ -78,4 +78,4 @@ def test_missing_corpus_and_out_that_is_a_file(tmp_path: Path, capsys) -> None:
     (tmp_path / "file").write_text("x")
     corpus = _corpus(tmp_path, [json.dumps({"_id": "a", "text": "Text."})])
     assert main(["synthesize", "mtr", "--corpus", str(corpus), "--out", str(tmp_path / "file")]) == 2
-    assert "--out exists and is not a folder" in _one_error(capsys)
+    assert "--out names an existing file, not a folder" in _one_error(capsys)

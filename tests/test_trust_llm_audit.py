@@ -203,6 +203,52 @@ def test_audit_out_never_overwrites_an_input_or_a_users_folder(
     assert snapshot(recor) == before
 
 
+def graded(body: dict) -> str:
+    """A fenced JSON grade 0-3 (by the prompt) for a relevance request, a JSON 1-5 rating for the others."""
+    if body["messages"][0]["content"].startswith("You check search results"):  # audit_relevance_graded
+        grade = zlib.crc32(body["messages"][1]["content"].encode()) % 4
+        verdict = json.dumps({"rationale": "Judged on what the passage says.", "grade": grade})
+        return f"Here is my assessment:\n```json\n{verdict}\n```"
+    return json.dumps({"rationale": "The passage states what the question asks for.", "rating": 4})
+
+
+def test_audit_rerun_into_its_out_removes_the_earlier_runs_outputs_only(
+        recor: Path, server: FakeServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run with --missed, then one without into the same --out: the estimate's files of the first are removed,
+    a file of the user's in the folder is left as it was, and every output is what summary.json lists."""
+    server.responder = graded
+    out = tmp_path / "out"
+    argv = ["audit", str(recor), "--judge", judge(server), "--dimensions", "query_evidence", "--sample", "2",
+            "--out", str(out), "--cache", str(tmp_path / "cache")]
+    code, _, err = run(capsys, *argv, "--missed", "--pool-retrievers", "bm25", "--pool-depth", "1")
+    assert code == 0 and err == [], err
+    missed = {p.name for p in out.iterdir() if p.name.startswith(("suspected-qrels-", "missed-verdicts-", "rescored-"))}
+    assert len(missed) == 3, missed
+    first = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert missed <= set(first["files"]) and "heatmap.png" in first["files"]
+    (out / "notes.txt").write_text("Judge looks lenient on Q-E; recheck by hand.\n", encoding="utf-8")
+    (out / "rescored-mine.md").write_text("my own table, never listed by an audit\n", encoding="utf-8")
+    kept = snapshot(out)
+    code, stdout, err = run(capsys, *argv)
+    assert code == 0 and err == [], err
+    names = {p.name for p in out.iterdir()}
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert not names & missed and "missed" not in summary
+    assert f"Removed the earlier audit's {', '.join(sorted(missed))} (not written by this run)" in stdout
+    assert names == {*summary["files"], ".convrag-out.json", "notes.txt", "rescored-mine.md"}  # no temporary file
+    mine = ("notes.txt", "rescored-mine.md")
+    assert {n: kept[n] for n in mine} == {n: snapshot(out)[n] for n in mine}
+    # a run that dies in the estimate (Q-E verdicts cached and staged, then a dead endpoint for the deeper pool's
+    # documents) leaves the earlier outputs whole and no temporary file
+    before = snapshot(out)
+    server.responder, server.script, server.requests = None, ["500"] * 100, []
+    code, _, err = run(capsys, *argv, "--missed", "--pool-retrievers", "bm25", "--pool-depth", "3")
+    assert code == 2 and len(err) == 1 and "unreachable" in err[0], err
+    assert server.requests and all(r["messages"][0]["content"].startswith("You check search results")
+                                   for r in server.requests)
+    assert snapshot(out) == before and {p.name for p in out.iterdir()} == names
+
+
 # ------------------------------------------------------------------------------------------------ select
 @pytest.fixture(scope="module")
 def user_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -291,11 +337,19 @@ def test_select_out_never_overwrites_an_input_or_a_users_folder(
     mine.mkdir()
     (mine / "summary.md").write_text("# Which retriever? My notes\n", encoding="utf-8")
     before, notes = snapshot(user_files), snapshot(mine)
-    cases = [(mine, "must be a new or empty folder"), (user_files, "contains the input"),
+    cases = [(mine, "is not a results folder of `convrag select`"), (user_files, "contains the input"),
              (user_files / "queries.jsonl", "names an existing file")]
     for out, message in cases:
         code, _, err = select(capsys, user_files, server, out, tmp_path / "cache")
         assert code == 2 and len(err) == 1 and err[0].startswith("convrag select: error: ") and message in err[0]
+    # an --out inside a corpus folder would be read back as corpus by the next run
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "docs.jsonl").write_bytes((user_files / "corpus.jsonl").read_bytes())
+    code, _, err = run(capsys, "select", "--space", str(user_files / "space.yaml"), "--corpus", str(corpus),
+                       "--queries", str(user_files / "queries.jsonl"), "--judge", judge(server),
+                       "--cache", str(tmp_path / "cache"), "--out", str(corpus / "sel"))
+    assert code == 2 and len(err) == 1 and "is inside the input folder" in err[0] and not (corpus / "sel").exists()
     assert server.requests == []
     assert snapshot(mine) == notes and snapshot(user_files) == before
     # its own earlier --out is replaced whole: a failed run leaves no stale leaderboard of the good one before it

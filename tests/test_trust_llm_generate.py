@@ -225,6 +225,35 @@ def test_generate_replaces_its_own_earlier_output(mtrag: Path, server: FakeServe
     assert code == 0 and len(server.requests) == 4, err  # the rerun replaced its own files from the cache
 
 
+def test_generate_without_answers_removes_the_earlier_runs_answers_and_run_file(
+    recor: Path, server: FakeServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Model A answers into ans.jsonl (with its bm25 run file); model B then answers nothing into the same --out:
+    exit 1, and A's answers and run file are gone, so no answers stand beside a report that names B."""
+    out = tmp_path / "ans.jsonl"
+    run_path, report_path = tmp_path / "ans.run.trec", tmp_path / "ans.report.json"
+    notes = tmp_path / "ans.notes.txt"
+    notes.write_text("my notes on model A\n", encoding="utf-8")
+    argv = ["generate", str(recor), "--mode", "retrieved", "--retriever", "bm25", "--k", "2", "--max-turns", "2",
+            "--out", str(out), "--no-progress"]  # fmt: skip
+    code, _, err = cli(capsys, *argv, "--llm", spec(server, "model-a"))
+    assert code == 0 and len(lines(out)) == 2 and run_path.is_file(), err
+    server.responder = lambda body: "<think>The passages do not say; I should"
+    code, stdout, err = cli(capsys, *argv, "--llm", spec(server, "model-b"))
+    one_line(code, err, "generate", 1, "no answer for any of 2 turns (2 reasoning-only replies)",
+             f"wrote only {report_path}", f"removed the earlier run's {out} and {run_path}")  # fmt: skip
+    assert not out.exists() and not run_path.exists()
+    report = json.loads(report_path.read_text())
+    assert report["generator"].startswith("openai:model-b@") and report["counts"]["answered"] == 0
+    assert report["complete"] is False and report["run_file_written"] is None and report["incomplete_reason"] in err
+    assert notes.read_text(encoding="utf-8") == "my notes on model A\n"
+    assert "0 of 2 turns answered" in stdout
+    # a second empty run has nothing of another run to remove
+    code, _, err = cli(capsys, *argv, "--llm", spec(server, "model-b"))
+    one_line(code, err, "generate", 1, "no answers file")
+    assert "removed" not in err and notes.exists()
+
+
 def _evaluate_generation_case(case: str, mtrag: Path, recor: Path, server: FakeServer, tmp: Path,
                               capsys: pytest.CaptureFixture[str]) -> tuple[list[str], Path, str]:
     """(arguments, the --out folder, the error's words) of one refused evaluate-generation run."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -205,9 +206,9 @@ def test_a_release_with_no_turn_is_a_failure(tmp_path) -> None:
     ("audit folder", "it holds `convrag audit` results"),
     ("recor folder", "it holds `convrag synthesize recor` results"),
     ("corpus folder", "--out is an input of this command"),
-    ("inside corpus folder", "--out is inside the corpus folder"),
+    ("inside corpus folder", "--out is inside the input folder"),
     ("parent of corpus", "--out contains the input"),
-    ("corpus file", "--out exists and is not a folder"),
+    ("corpus file", "--out names an existing file, not a folder"),
 ])
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_out_refusals_leave_everything_as_it_was(tmp_path, capsys, server, where, message, dry_run) -> None:
@@ -303,6 +304,100 @@ def test_a_rerun_after_one_corpus_line_changed_carries_the_edit(tmp_path, capsys
     assert printed.count("(finished earlier, not rerun)") == 5 and "input changed" not in printed
     assert len(server.requests) == first_calls + second_calls
 
+
+#: the options of SMALL that each later stage takes, for runs of some stages only
+TAKES = {"converse": ["turns=2", "conversations=2"], "assemble": ["test_fraction=0.5"]}
+
+
+def _some(stages: str, corpus: Path | None, out: Path, url: str, *extra: str) -> int:
+    """A run of ``stages`` only (``--corpus`` left out when ``corpus`` is None), with their SMALL options and roles."""
+    names = stages.split(",")
+    spec = f"openai:test-model@{url};max_retries=0;timeout=5"
+    options = [a for s in names for o in TAKES.get(s, []) for a in ("--option", o)]
+    roles = [a for role, s in (("questioner", "converse"), ("responder", "converse"), ("polisher", "polish"))
+             if s in names for a in (f"--{role}", spec)]
+    source = ["--corpus", str(corpus)] if corpus is not None else []
+    return main(["synthesize", "mtr", *source, "--out", str(out), "--stages", stages, "--no-progress", *options,
+                 *roles, *extra])
+
+
+def _tree(out: Path) -> dict[str, str]:
+    """Every file under a run folder (but its lock) with its content hash."""
+    return {str(p.relative_to(out)): _digest(p)[0] for p in sorted(out.rglob("*")) if p.is_file() and p.name != ".lock"}
+
+
+def _rows(out: Path) -> str:
+    """The MTR-Bench turn rows of the assemble stage, as one JSON text."""
+    return json.dumps([r for split in ("test", "train") for r in pq.read_table(out / "assemble" / f"{split}.parquet")
+                       .to_pylist()], default=str)
+
+
+def test_a_file_added_to_or_removed_from_a_corpus_folder_is_a_change(tmp_path, capsys, server) -> None:
+    data, out = tmp_path / "corpus", tmp_path / "out"
+    data.mkdir()
+    rows = [json.dumps({"_id": f"d{i}", "title": t, "text": x}) + "\n" for i, (t, x) in enumerate(TOPICS)]
+    (data / "a.jsonl").write_text("".join(rows[:8]), encoding="utf-8")
+    (data / "b.jsonl").write_text("".join(rows[8:]), encoding="utf-8")
+    assert _mtr(data, out, *_roles(server.url)) == 0
+    calls = len(server.requests)
+    added = {"_id": "lava", "title": "Lava lamp", "text": "A lava lamp is a decorative light whose wax blobs rise "
+             "and fall in a glass vessel filled with water and a little salt, heated by a bulb in its base."}
+    (data / "c.jsonl").write_text(json.dumps(added) + "\n", encoding="utf-8")
+    capsys.readouterr()
+    # later stages only on top of a curation that lacks the new file: refused, with --corpus or without it (the
+    # corpus folder recorded by curate is listed again), before any call and with the run folder untouched
+    inputs, before = sorted(data.iterdir()), _tree(out)
+    for stages, corpus in (("converse,assemble", data), ("converse,polish", None)):
+        line, _ = _failed(capsys, _some(stages, corpus, out, server.url), 2)
+        assert line.endswith("out/curate: input changed since stage curate ran (c.jsonl (added)) and it is not "
+                             "among the stages run; add curate and the stages after it to --stages"), line
+    assert _tree(out) == before and len(server.requests) == calls
+    assert _digest(*inputs) == _digest(*sorted(data.iterdir()))
+    # the whole pipeline: redone from curate, and the new document is in the benchmark's corpus
+    assert _mtr(data, out, *_roles(server.url)) == 0
+    printed = capsys.readouterr().out
+    assert "curate: input changed (c.jsonl (added)), redoing curate and the 4 stages after it" in printed
+    assert "finished earlier" not in printed
+    assert "lava#0" in pq.read_table(out / "assemble" / "corpus.parquet").column("id").to_pylist()
+    # a file taken away is a change too
+    (data / "b.jsonl").unlink()
+    line, _ = _failed(capsys, _some("converse,assemble", data, out, server.url), 2)
+    assert "out/curate: input changed since stage curate ran (b.jsonl (removed))" in line, line
+    assert _mtr(data, out, *_roles(server.url)) == 0
+    assert "curate: input changed (b.jsonl (removed)), redoing curate and the 4 stages after it" in \
+        capsys.readouterr().out
+    documents = {d.split("#")[0] for d in pq.read_table(out / "assemble" / "corpus.parquet").column("id").to_pylist()}
+    assert documents == {"lava", *(f"d{i}" for i in range(8))}
+
+
+def test_a_redone_stage_whose_output_changed_makes_the_later_stages_redo(tmp_path, capsys, server) -> None:
+    corpus, out = _corpus(tmp_path), tmp_path / "out"
+    assert _mtr(corpus, out, *_roles(server.url)) == 0
+    calls = len(server.requests)
+    # converse redone with the cache in place: the same output, so polish and assemble stand
+    assert _some("converse", corpus, out, server.url, "--redo", "converse") == 0
+    capsys.readouterr()
+    assert _mtr(corpus, out, *_roles(server.url)) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("(finished earlier, not rerun)") == 5 and "input changed" not in printed, printed
+    assert len(server.requests) == calls
+    # converse redone without the cache, the model now answering otherwise: its output changed
+    shutil.rmtree(out / "llm-cache")
+    server.responder = lambda body: agents(body).replace("**In short:**", "**Briefly:**")
+    assert _some("converse", corpus, out, server.url, "--redo", "converse") == 0
+    assert "Briefly" not in _rows(out)
+    # assemble alone would build on the polish of the old conversations: refused, naming polish
+    before = _tree(out)
+    line, _ = _failed(capsys, _some("assemble", corpus, out, server.url), 2)
+    assert line.endswith("out/polish: input changed since stage polish ran (the output of stage converse) and it "
+                         "is not among the stages run; add polish and the stages after it to --stages"), line
+    assert _tree(out) == before
+    # the whole pipeline redoes polish and assemble, on the new conversations
+    assert _mtr(corpus, out, *_roles(server.url)) == 0
+    printed = capsys.readouterr().out
+    assert "polish: input changed (the output of stage converse), redoing polish and the stage after it" in printed
+    assert printed.count("(finished earlier, not rerun)") == 3, printed
+    assert "Briefly" in _rows(out) and "In short" not in _rows(out)
 
 # -- class 6: options checked by name, type and value before any work ---------------------------------------------
 @pytest.mark.parametrize(("option", "message"), [

@@ -17,7 +17,10 @@ def run_command(args: argparse.Namespace) -> int:
 
     ``--out`` is claimed (:func:`convrag.out_folder.claim_out`) before any judge call: never an audited folder or
     one holding it, never a folder of the user's own. When a requested dimension (or a ``--missed`` estimate) got
-    no usable verdict, the outputs are written marked incomplete and :class:`EmptyResult` names what failed."""
+    no usable verdict, the outputs are written marked incomplete and :class:`EmptyResult` names what failed.
+    Every output is written under a temporary name and renamed into place once all are written; summary.json's
+    ``files`` lists them, and the outputs an earlier audit into the same folder listed and this one did not write
+    are removed (nothing else in the folder is touched)."""
     from convrag.audit.items import load_items
     from convrag.audit.report import coverage, empty_dimensions, heatmap, render, summarize
     from convrag.audit.runner import estimate, make_judges, parse_dimensions, run_audit, write_verdicts
@@ -62,27 +65,37 @@ def run_command(args: argparse.Namespace) -> int:
     progress = wanted(args.no_progress)
     runs = [run_audit(s, judges, dimensions, seed=args.seed, negatives=args.negatives,
                       concurrency=args.concurrency, progress=progress) for s in sets]
-    n = write_verdicts(out / "verdicts.jsonl", runs)
-    summary = summarize(runs)
-    cover = coverage(runs, dimensions)
-    summary.update(dimensions=dimensions, judges=specs, sample=args.sample, seed=args.seed, negatives=args.negatives,
-                   llm={j.spec: j.report.to_dict() for j in judges}, coverage=cover)
-    empty = empty_dimensions(cover)
-    if args.missed:
-        summary["missed"] = _audit_missed(args, sets, judges, out)
-        empty += [f"the missed-relevant estimate {stem} ({m['candidates']} candidates: {m['failed']} failed; "
-                  "calibration included, " + ", ".join(f"{k} {kind}" for kind, k in sorted(m["failures"].items()))
-                  + ")" for stem, m in summary["missed"].items() if m["candidates"] and not m["judged"]]
-    failed = f"no usable verdict for {'; '.join(empty)}" if empty else None
-    summary = {"complete": not empty, **({"incomplete": failed} if failed else {}), **summary}
-    write_json_atomic(out / "summary.json", summary)
-    text = render(summary)
-    (out / "summary.md").write_text(text, encoding="utf-8")
-    plot = heatmap(summary, out / "heatmap.png")
-    if plot is None:  # no score to draw: an earlier run's plot must not stay beside these results
-        (out / "heatmap.png").unlink(missing_ok=True)
+    staged: dict[str, Path] = {}  # every output is written under a temporary name, then renamed into place
+    try:
+        n = write_verdicts(_staged(out, "verdicts.jsonl", staged), runs)
+        summary = summarize(runs)
+        cover = coverage(runs, dimensions)
+        summary.update(dimensions=dimensions, judges=specs, sample=args.sample, seed=args.seed,
+                       negatives=args.negatives, llm={j.spec: j.report.to_dict() for j in judges}, coverage=cover)
+        empty = empty_dimensions(cover)
+        if args.missed:
+            summary["missed"] = _audit_missed(args, sets, judges, out, staged)
+            empty += [f"the missed-relevant estimate {stem} ({m['candidates']} candidates: {m['failed']} failed; "
+                      "calibration included, " + ", ".join(f"{k} {kind}" for kind, k in sorted(m["failures"].items()))
+                      + ")" for stem, m in summary["missed"].items() if m["candidates"] and not m["judged"]]
+        failed = f"no usable verdict for {'; '.join(empty)}" if empty else None
+        summary = {"complete": not empty, **({"incomplete": failed} if failed else {}), **summary}
+        text = render(summary)
+        _staged(out, "summary.md", staged).write_text(text, encoding="utf-8")
+        plot = heatmap(summary, _staged(out, "heatmap.png", staged))
+        if plot is None:  # no score to draw
+            del staged["heatmap.png"]
+        summary["files"] = ["summary.json", *staged]  # what a later audit into this folder may remove
+        write_json_atomic(_staged(out, "summary.json", staged), summary)
+    except BaseException:
+        for path in staged.values():
+            path.unlink(missing_ok=True)
+        raise
+    removed = _commit(out, staged)
     print(text)
     print(f"Wrote {out}/verdicts.jsonl ({n:,} verdicts), summary.json, summary.md" + (", heatmap.png" if plot else ""))
+    if removed:
+        print(f"Removed the earlier audit's {', '.join(removed)} (not written by this run)")
     if any(is_placeholder(j) for j in judges):
         print(f"\nWarning: {PLACEHOLDER_WARNING}. To measure, {REAL_MODEL_HINT.replace('point it', 'point --judge')}.")
     if failed:
@@ -90,10 +103,41 @@ def run_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _audit_missed(args: argparse.Namespace, sets: list, judges: list, out: Path) -> dict[str, Any]:
-    """The missed-relevant estimate of every folder with every judge: pool, judge, suspected qrels, rescoring."""
+#: names of the files an audit writes into --out (the only ones a later audit may remove there)
+_OUTPUT = re.compile(r"verdicts\.jsonl|summary\.(json|md)|heatmap\.png|suspected-qrels-.+\.trec"
+                     r"|missed-verdicts-.+\.jsonl|rescored-.+\.md")
+_TMP = ".convrag-tmp-"
+
+
+def _staged(out: Path, name: str, staged: dict[str, Path]) -> Path:
+    """The temporary path the output ``name`` is written to (recorded in ``staged``: final name -> path)."""
+    staged[name] = out / f"{_TMP}{name}"
+    return staged[name]
+
+
+def _commit(out: Path, staged: dict[str, Path]) -> list[str]:
+    """Rename every staged output into place, then remove the outputs the earlier audit in ``out`` wrote (its
+    summary.json's ``files``) that this one did not; returns the names removed. Other files are left alone."""
+    try:
+        earlier = json.loads((out / "summary.json").read_text(encoding="utf-8")).get("files") or []
+    except (OSError, ValueError, AttributeError):
+        earlier = []
+    stale = sorted({n for n in earlier if isinstance(n, str) and _OUTPUT.fullmatch(n) and "/" not in n
+                    and n not in staged})
+    for name, path in staged.items():
+        os.replace(path, out / name)
+    for name in stale:
+        (out / name).unlink(missing_ok=True)
+    return stale
+
+
+def _audit_missed(args: argparse.Namespace, sets: list, judges: list, out: Path,
+                  staged: dict[str, Path]) -> dict[str, Any]:
+    """The missed-relevant estimate of every folder with every judge: pool, judge, suspected qrels, rescoring
+    (files staged as in :func:`_staged`)."""
     from convrag.audit.missed import estimate_missed, rescore, write_suspected_qrels
     from convrag.audit.pooling import LLMRelevanceJudge, pool
+    from convrag.jsonl import json_safe, write_jsonl_atomic
 
     retrievers = [r.strip() for r in args.pool_retrievers.split(",") if r.strip()]
     result: dict[str, Any] = {}
@@ -102,13 +146,11 @@ def _audit_missed(args: argparse.Namespace, sets: list, judges: list, out: Path)
         for llm in judges:
             report = estimate_missed(audit_set, pooled, LLMRelevanceJudge(llm), concurrency=args.concurrency)
             stem = f"{audit_set.benchmark}-{re.sub(r'[^A-Za-z0-9._-]+', '_', llm.spec)}"
-            lines = write_suspected_qrels(report, out / f"suspected-qrels-{stem}.trec")
-            with (out / f"missed-verdicts-{stem}.jsonl").open("w", encoding="utf-8") as handle:
-                for v in report.verdicts:
-                    handle.write(json.dumps({"benchmark": audit_set.benchmark, **v.to_dict()}, ensure_ascii=False,
-                                            default=str) + "\n")
+            lines = write_suspected_qrels(report, _staged(out, f"suspected-qrels-{stem}.trec", staged))
+            write_jsonl_atomic(_staged(out, f"missed-verdicts-{stem}.jsonl", staged),
+                               [json_safe({"benchmark": audit_set.benchmark, **v.to_dict()}) for v in report.verdicts])
             table = rescore(audit_set, pooled, report)
-            (out / f"rescored-{stem}.md").write_text(table.markdown(), encoding="utf-8")
+            _staged(out, f"rescored-{stem}.md", staged).write_text(table.markdown(), encoding="utf-8")
             result[stem] = {**report.summary(), "suspected_qrels_lines": lines, "rescored": table.rows(),
                             "kendall_tau": table.tau}
             print(f"missed-relevant, {audit_set.benchmark}, {llm.spec}: {report.summary()['suspected']:,} suspected "

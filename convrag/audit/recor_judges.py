@@ -354,7 +354,8 @@ def judge_turn(llm: LLM, kind: str, item: AuditItem) -> Verdict:
         fields["answer_chars"] = ANSWER_CHARS
     messages = load_prompt(prompt).render(**fields)
     value, rationale, raw, error = judge_call(llm, messages, label_model(dimension, labels),
-                                              lambda t: read_label(t, dimension), params=TURN_PARAMS, free_text=free_text)
+                                              lambda t: read_label(t, dimension), params=TURN_PARAMS,
+                                              free_text=free_text)
     label = None if error else match_label(value, labels)
     if error is None and label is None:
         error = (f"unparseable: {value!r} is not one of the {dimension} labels" if value

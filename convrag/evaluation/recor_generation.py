@@ -32,6 +32,7 @@ from pydantic import BaseModel, Field, model_validator
 from convrag.errors import ConvragError, DataError
 from convrag.jsonl import read_jsonl
 from convrag.llm import LLM, EndpointUnreachable, LLMError, load_prompt, run_batch
+from convrag.metrics.generation.judges import lower_keys
 
 DIMENSIONS = ("correctness", "completeness", "relevance", "coherence", "faithfulness")
 MODES = ("oracle", "retrieved", "none")
@@ -59,12 +60,7 @@ class JudgeGrades(BaseModel):
     coherence: int = Field(ge=1, le=5)
     rationale: str = Field(default="", max_length=1000)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _lower_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            return {k.strip().lower() if isinstance(k, str) else k: v for k, v in data.items()}
-        return data
+    _keys = model_validator(mode="before")(lower_keys)
 
 
 class JudgeGradesWithPassages(JudgeGrades):

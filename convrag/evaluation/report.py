@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -127,32 +126,6 @@ def _plots(results: Mapping[str, Any], profile: EvaluationProfile, out: Path, st
         plot_per_turn(results, str(out / f"{stem}per_turn.png"))
         return {"per_turn.png": out / f"{stem}per_turn.png"}
     return {}
-
-
-@contextmanager
-def claimed_out(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None],
-                command: str) -> Iterator[Path]:
-    """:func:`convrag.out_folder.claim_out` for a results folder (refused when it is an input, contains one, or is
-    a non-empty folder another command or the user owns), yielding the folder. A claim that created or marked an
-    empty folder is undone when the block raises while the folder still holds only the marker (the folders it
-    needed are removed again), so a run that fails before writing leaves nothing behind."""
-    from convrag.out_folder import OWNER_MARKER, claim_out
-
-    path = Path(out).expanduser().absolute()
-    created = [p for p in (path, *path.parents) if not p.exists()]  # deepest first
-    fresh = not (path.is_dir() and any(path.iterdir()))
-    target = claim_out(out, inputs, command)
-    try:
-        yield target
-    except BaseException:
-        if fresh and target.is_dir() and [p.name for p in target.iterdir()] == [OWNER_MARKER]:
-            (target / OWNER_MARKER).unlink()
-            for folder in created:
-                try:
-                    folder.rmdir()
-                except OSError:
-                    break
-        raise
 
 
 def write_outputs(results: Mapping[str, Any], scored: Scored, out_dir: str | Path, digits: int = 4) -> list[Path]:

@@ -8,7 +8,8 @@ cached in ``--cache`` (default ``FILE.llm-cache/``), so a rerun repeats no call.
 A task whose call failed, whose reply was empty or held only reasoning gets no line (listed with the reason in
 the report, counted by kind; see :mod:`convrag.generate.answer`): an empty prediction is never written. When no
 task got an answer, only the report is written (``"complete": false`` and the reason; no answers file, no run
-file, an earlier answers file is left as it was) and the command fails (exit 1) with one line naming the counts.
+file; the answers and run file of an earlier run into the same ``--out`` are removed, so that none stays beside a
+report of another run) and the command fails (exit 1) with one line naming the counts and what was removed.
 
 Outputs never replace inputs: ``--out``, the report, the run file and the cache folder are refused when one is
 the built folder or the ``--run`` file (or contains one). An existing ``--out`` (or report, or run file) is
@@ -131,8 +132,9 @@ def _earlier_report(path: Path, out: Path) -> dict[str, Any] | None:
     return report if Path(str(report.get("output"))).name == out.name else None
 
 
-def _check_outputs(args: argparse.Namespace, out: Path) -> None:
-    """Refuse outputs that are inputs, and existing files that are not earlier outputs of this command."""
+def _check_outputs(args: argparse.Namespace, out: Path) -> dict[str, Any] | None:
+    """Refuse outputs that are inputs, and existing files that are not earlier outputs of this command; returns the
+    earlier report (:func:`_earlier_report`), or None."""
     from convrag.out_folder import check_not_input
 
     base = stem(out)
@@ -154,6 +156,7 @@ def _check_outputs(args: argparse.Namespace, out: Path) -> None:
     if args.retriever is not None and run_path.exists() and earlier is None:
         raise ConvragError(f"{run_path}: exists and is not a run file written by an earlier `convrag generate` "
                            "into this --out: not replacing it; choose another --out")  # fmt: skip
+    return earlier
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -171,7 +174,7 @@ def run_command(args: argparse.Namespace) -> int:
     from convrag.synthesis.engine import write_json_atomic
 
     out = _check_args(args)
-    _check_outputs(args, out)
+    earlier = _check_outputs(args, out)
     base = stem(out)
     spec = args.llm or os.environ.get(SPEC_ENV) or "default"
     manifest = read_manifest(args.folder)
@@ -205,8 +208,10 @@ def run_command(args: argparse.Namespace) -> int:
     placeholder = is_placeholder(llm) if hasattr(llm, "backend") else is_placeholder(spec)
     report_path = Path(f"{base}.report.json")
     if not lines:  # nothing usable: the report alone says why; no answers or run file
+        removed = _remove_earlier(earlier, out)
         failure = (f"no answer for any of {len(items)} {unit} ({result.describe_counts() or 'nothing to answer'})"
-                   f"; wrote only {report_path} (marked incomplete), no answers file")
+                   f"; wrote only {report_path} (marked incomplete), no answers file"
+                   + (f"; removed the earlier run's {' and '.join(removed)}" if removed else ""))
         report = _report(args, manifest, collected, result, label, placeholder, out, None, failure)
         write_json_atomic(report_path, report)
         _print_report(report, result, [str(report_path)])
@@ -225,6 +230,22 @@ def run_command(args: argparse.Namespace) -> int:
     written.append(str(report_path))
     _print_report(report, result, written)
     return 0
+
+
+def _remove_earlier(earlier: dict[str, Any] | None, out: Path) -> list[str]:
+    """Delete the answers file ``out`` and the run file of the earlier run whose report is ``earlier`` (files of this
+    command: the report names them), so that no answers stay beside a report of another run; returns their paths."""
+    if earlier is None:
+        return []
+    paths = [out]
+    if earlier.get("run_file_written"):
+        run_path = Path(f"{stem(out)}.run.trec")
+        if Path(str(earlier["run_file_written"])).name == run_path.name:
+            paths.append(run_path)
+    removed = [str(p) for p in paths if p.is_file()]
+    for path in removed:
+        Path(path).unlink()
+    return removed
 
 
 def _report(args: argparse.Namespace, manifest: dict[str, Any], collected: Any, result: Any, label: str,

@@ -22,74 +22,25 @@ choice, and :class:`~convrag.errors.EmptyResult` names the pool and the counts (
 from __future__ import annotations
 
 import argparse
-import ast
-import json
 import math
 import os
 import re
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 from convrag.errors import ConvragError, EmptyResult
-from convrag.out_folder import OWNER_MARKER, check_not_input, claim_out, replacing
+from convrag.out_folder import check_results_out, claim_out, claimed_out, replacing
 
 COMMAND = "select"
-#: the search's refusal to score a pool in which every query has a failed judgment
-_NO_SCORE = re.compile(r"^\[(?P<pool>[^\]]+)\] every query has a failed judgment \((?P<pairs>\d+) failed pairs, "
-                       r"(?P<failures>\{[^}]*\})\)")
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "pool"
 
 
-def _check_out(out: Path, inputs: Sequence[Any]) -> None:
-    """Refuse, before anything is read, an --out that is a file, an input or holds one, or a non-empty folder that
-    no ``convrag select`` wrote (:func:`claim_out` checks the same when it takes the folder)."""
-    if out.exists() and not out.is_dir():
-        raise ConvragError(f"{out}: --out names an existing file, not a folder")
-    check_not_input(out, inputs)
-    if out.is_dir() and any(out.iterdir()):
-        try:
-            owner = json.loads((out / OWNER_MARKER).read_text(encoding="utf-8")).get("command")
-        except (OSError, ValueError, AttributeError):
-            owner = None
-        if owner != COMMAND:
-            raise ConvragError(f"{out}: --out must be a new or empty folder, or one an earlier `convrag select` "
-                               "wrote (this one has other files; nothing was changed)")
-
-
-@contextmanager
-def _claimed(out: Path, inputs: Sequence[Any]) -> Iterator[Path]:
-    """:func:`claim_out`'s folder; a run that fails (other than by an empty result, whose output is kept) leaves
-    no folder it created and no marker in a folder it found empty."""
-    created = [p for p in (out, *out.parents) if not p.exists()]
-    fresh = not (out.is_dir() and any(out.iterdir()))
-    target = claim_out(out, inputs, COMMAND)
-    try:
-        yield target
-    except EmptyResult:
-        raise
-    except BaseException:
-        if fresh:
-            (target / OWNER_MARKER).unlink(missing_ok=True)
-            for folder in created:  # deepest first, only while empty
-                with suppress(OSError):
-                    folder.rmdir()
-        raise
-
-
-def _no_score(err: Exception) -> str | None:
-    """The one-line reason of a pool the search could not score for failed judgments, else None."""
-    m = _NO_SCORE.match(str(err))
-    if m is None:
-        return None
-    failures = ast.literal_eval(m["failures"])
-    kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(failures.items()))
-    return (f"pool {m['pool']!r}: every query has a failed judgment, nothing can be scored ({m['pairs']} failed "
-            f"pairs; unique judgments failed: {kinds})")
+def _read_whole(args: Any) -> list[Any]:
+    """The input folders whose every file select reads: a corpus folder (its outputs would be read back)."""
+    return [f for f in (args.corpus, args.queries) if f is not None and Path(f).is_dir()]
 
 
 def _curves(result: Any) -> dict[str, dict[str, Any]]:
@@ -187,14 +138,13 @@ def run_command(args: argparse.Namespace) -> int:
     from convrag.seara.inputs import query_texts, read_corpus, read_turns
     from convrag.seara.report import leaderboard
     from convrag.seara.runner import Runner
-    from convrag.seara.search import Searcher
+    from convrag.seara.search import Searcher, UnscorablePool
     from convrag.seara.space import load_space
-    from convrag.seara.stats import SelectionError
     from convrag.synthesis.engine import write_json_atomic
 
     out = Path(args.out)
     inputs = [args.space, args.queries, args.corpus]
-    _check_out(out, inputs)
+    check_results_out(out, inputs, COMMAND, read_whole=_read_whole(args))  # before anything is read
     if args.max_queries is not None and args.max_queries < 1:
         raise ConvragError(f"--max-queries must be at least 1, got {args.max_queries}")
     if args.max_judgments is not None and args.max_judgments < 1:
@@ -219,7 +169,8 @@ def run_command(args: argparse.Namespace) -> int:
         spec = component_spec if spec == "default" else spec
         return get_llm(spec, cache=args.cache) if args.cache else get_llm(spec)
 
-    with _claimed(out, inputs) as target:
+    # a run that fails before writing leaves no folder
+    with claimed_out(out, inputs, COMMAND, read_whole=_read_whole(args)) as target:
         progress = wanted(args.no_progress)
         if not progress:
             import datasets
@@ -244,10 +195,10 @@ def run_command(args: argparse.Namespace) -> int:
 
             try:
                 found = Searcher(space, runner, judge, on_pool=on_pool).run()
-            except SelectionError as err:
-                empty = _no_score(err)
-                if empty is None:
-                    raise
+            except UnscorablePool as err:
+                kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(err.failures.items()))
+                empty = (f"pool {err.pool!r}: every query has a failed judgment, nothing can be scored "
+                         f"({err.pairs} failed pairs; unique judgments failed: {kinds})")
                 write_json_atomic(tmp / "report.json", {
                     "complete": False, "incomplete": empty, **settings, "judge_llm": judge.report.to_dict(),
                     "pools": [_pool_entry(p) for p in pools], "runner": runner.report()})  # fmt: skip

@@ -40,6 +40,16 @@ from convrag.seara.space import BEST, DIMENSIONS, Configuration, Space, SpaceErr
 from convrag.seara.stats import SelectionError, bootstrap, factorial_effects, pick
 
 
+class UnscorablePool(SelectionError):
+    """A pool in which every query has a failed judgment, so nothing can be scored: ``pool`` (its label),
+    ``pairs`` (failed (query, chunk) pairs) and ``failures`` (unique failed judgments by kind)."""
+
+    def __init__(self, pool: str, pairs: int, failures: Mapping[str, int]) -> None:
+        self.pool, self.pairs, self.failures = pool, pairs, dict(failures)
+        super().__init__(f"[{pool}] every query has a failed judgment ({pairs} failed pairs, {self.failures}): "
+                         "nothing can be scored; check the judge")
+
+
 @dataclass
 class PoolResult:
     """One judged pool and the scores of the configurations it compares."""
@@ -126,8 +136,7 @@ class Searcher:
         failed = sorted({j.query_id for j in pseudo.failed})
         scored = [q for q in qids if q not in failed]
         if not scored:
-            raise SelectionError(f"[{label}] every query has a failed judgment ({len(pseudo.failed)} failed pairs, "
-                                 f"{pseudo.failures}): nothing can be scored; check the judge")
+            raise UnscorablePool(label, len(pseudo.failed), pseudo.failures)
         qrels = {q: pseudo.qrels.get(q, {}) for q in scored}
         kept = {name: {q: run[q] for q in scored} for name, run in runs.items()}
         scores = {name: score_chunks(run, qrels, k=k, relevance_level=level, pool_signature=pseudo.signature)

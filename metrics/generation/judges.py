@@ -172,7 +172,7 @@ class FaithfulnessJudgement:
         return sum(self.verdicts)
 
 
-def _lower_keys(v: Any) -> Any:
+def lower_keys(v: Any) -> Any:
     """A reply object with its keys lower-cased (``{"Decision": "Yes"}`` is read like ``{"decision": "Yes"}``)."""
     return {str(k).strip().lower(): x for k, x in v.items()} if isinstance(v, dict) else v
 
@@ -188,7 +188,7 @@ class ClarificationReply(BaseModel):
     decision: Literal["yes", "no"]
     explanation: str = Field(default="", max_length=600)
 
-    _keys = model_validator(mode="before")(_lower_keys)
+    _keys = model_validator(mode="before")(lower_keys)
     _lower = field_validator("decision", mode="before")(_yes_no)
 
 
@@ -198,7 +198,7 @@ class ClaimVerdict(BaseModel):
     reason: str = Field(default="", max_length=400)
     supported: Literal["yes", "no"]
 
-    _keys = model_validator(mode="before")(_lower_keys)
+    _keys = model_validator(mode="before")(lower_keys)
     _label = field_validator("supported", mode="before")(_yes_no)
 
 
