@@ -47,8 +47,12 @@ def _check_counts(out: Path, rows: list[dict], name: str) -> dict:
 def test_mtr_eval_on_a_real_mtrag_task(folders: dict[str, Path], tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.delenv("CONVRAG_LLM", raising=False)
     out = tmp_path / "audit"
-    assert main(["audit", str(folders["mtrag"]), "--sample", "1", "--dimensions", "mtr-eval", "--out", str(out),
-                 "--cache", str(tmp_path / "cache"), "--no-progress"]) == 0
+    code = main(["audit", str(folders["mtrag"]), "--sample", "1", "--dimensions", "mtr-eval", "--out", str(out),
+                 "--cache", str(tmp_path / "cache"), "--no-progress"])
+    # the placeholder may ramble to max_tokens and leave a dimension without a usable verdict: then exit 1, one line,
+    # outputs marked incomplete (the plumbing working); either way the tables and rows below hold
+    assert code in (0, 1)
+    assert json.loads((out / "summary.json").read_text(encoding="utf-8"))["complete"] is (code == 0)
     printed = capsys.readouterr().out
     assert "| Benchmark | Comp. | Comp. x5 | chance | Q-E | A-E | Qual. |" in printed
     assert "SmolLM2-135M placeholder" in printed

@@ -101,8 +101,13 @@ def test_pipeline_killed_mid_agents_resumes_builds_and_evaluates(mtrag_cited: Pa
                  "--out", str(tmp_path / "results")]) == 0
     results = json.loads((tmp_path / "results" / "results.json").read_text())
     assert len(results["per_query"]["bm25|lastturn"]) == len(queries)
-    # and the synthesized benchmark's labels can be audited like any other (two turns, two MTR-Eval judges)
-    assert main(["audit", str(built), "--sample", "2", "--dimensions", "query_evidence,completeness",
-                 "--out", str(tmp_path / "audit"), "--cache", str(tmp_path / "judges"), "--no-progress"]) == 0
+    # and the synthesized benchmark's labels can be audited like any other (two turns, two MTR-Eval judges); the
+    # placeholder often rambles until max_tokens and gives no usable verdict in a dimension: the run then says so
+    # (exit 1, outputs marked incomplete), which is the plumbing working
+    code = main(["audit", str(built), "--sample", "2", "--dimensions", "query_evidence,completeness",
+                 "--out", str(tmp_path / "audit"), "--cache", str(tmp_path / "judges"), "--no-progress"])
+    assert code in (0, 1)
+    summary = json.loads((tmp_path / "audit" / "summary.json").read_text(encoding="utf-8"))
+    assert summary["complete"] is (code == 0)
     verdicts = (tmp_path / "audit" / "verdicts.jsonl").read_text(encoding="utf-8").splitlines()
     assert {json.loads(v)["dimension"] for v in verdicts} == {"query_evidence", "completeness"}
