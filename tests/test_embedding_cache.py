@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -224,3 +226,42 @@ def test_cache_can_be_turned_off(cache, encoded, monkeypatch) -> None:
     if not torch.cuda.is_available():
         with pytest.raises(ConvragError, match="no CUDA device"):
             resolve_device("cuda:0")
+
+
+def test_embeddings_follow_a_corpus_text_change(cache, encoded, tmp_path) -> None:
+    """StratRAG's first dev record (one query, a pool of 15 documents): one document's text becomes the query's
+    text in the corpus Parquet file; the next evaluate encodes the corpus again and ranks that document first."""
+    folder = tmp_path / "stratrag"
+    assert main(["build", "stratrag", "--source", f"validation={DEV}", "--option", "max_validation=1",
+                 "--out", str(folder)]) == 0  # fmt: skip
+
+    def evaluate(name: str) -> dict[str, list[str]]:
+        out = tmp_path / name
+        assert main(["evaluate", str(folder), "--retrievers", "dense", "--bootstrap", "0", "--no-progress", "--out",
+                     str(out)]) == 0  # fmt: skip
+        ranked: dict[str, list[str]] = {}
+        for line in (out / "runs" / "dense.trec").read_text().splitlines():
+            qid, _, doc, *_ = line.split()
+            ranked.setdefault(qid, []).append(doc)
+        return ranked
+
+    first = evaluate("one")
+    assert documents(encoded) == 15
+    queries = pq.read_table(next((folder / "queries").glob("*.parquet"))).to_pylist()
+    query = queries[0]
+    target = first[query["_id"]][-1]  # ranked last in its pool: the edit must lift it to the top
+    path = next((folder / "corpus").glob("*.parquet"))
+    table = pq.read_table(path)
+    rows = [{**r, "text": query["text"]} if r["_id"] == target else r for r in table.to_pylist()]
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
+    encoded.clear()
+    second = evaluate("two")  # the same process: the in-memory cache must not serve the old vectors either
+    assert documents(encoded) >= 1
+    assert second[query["_id"]][0] == target != first[query["_id"]][0]
+    assert len(list(cache.iterdir())) == 2
+    _EMBEDDINGS.clear()  # a new process: the disk cache holds the edited corpus's entry
+    encoded.clear()
+    third = evaluate("three")
+    assert documents(encoded) == 0 and third == second
+    assert (tmp_path / "two" / "runs" / "dense.trec").read_bytes() == (tmp_path / "three" / "runs" /
+                                                                       "dense.trec").read_bytes()  # fmt: skip

@@ -1,7 +1,7 @@
 """Issue 29, class 6 leftovers, each through the CLI: a cut or damaged Parquet corpus, a task with two
-answerability labels, a source missing one file, a README naming an unknown benchmark; and the dense
-embeddings cache after a corpus text changes. Every refusal: exit 2, one stderr line naming the file, the
-inputs byte-identical afterwards, no output written."""
+answerability labels, a source missing one file, a README naming an unknown benchmark (the dense embeddings
+cache after a corpus text change is tested in test_embedding_cache.py). Every refusal: exit 2, one stderr line
+naming the file, the inputs byte-identical afterwards, no output written."""
 
 from __future__ import annotations
 
@@ -11,13 +11,10 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from convrag.cli import main
-from convrag.retrievers import DenseRetriever
-from convrag.retrievers.dense import _EMBEDDINGS
 
 from .conftest import DATA
 
@@ -329,56 +326,3 @@ def test_a_complete_declared_profile_is_used(strat, tmp_path) -> None:
         results = json.loads((out / "results.json").read_text())
         runs[name] = ((out / "runs" / "bm25.trec").read_bytes(), results["systems"]["bm25"]["overall"])
     assert runs["unknown"] == runs["original"] == runs["partial"]
-
-
-# ------------------------------------------------------------------- embeddings cache after a text change
-def test_embeddings_follow_a_corpus_text_change(tmp_path, monkeypatch) -> None:
-    """StratRAG's first dev record (one query, a pool of 15 documents): one document's text becomes the query's
-    text in the corpus Parquet file; the next evaluate encodes the corpus again and ranks that document first."""
-    folder = tmp_path / "stratrag"
-    assert main(["build", "stratrag", "--source", f"validation={DEV}", "--option", "max_validation=1",
-                 "--out", str(folder)]) == 0  # fmt: skip
-    monkeypatch.setenv("CONVRAG_EMBEDDINGS_CACHE", str(tmp_path / "cache"))
-    _EMBEDDINGS.clear()
-    calls: list[tuple[str, int]] = []
-    original = DenseRetriever.encode
-
-    def spy(self, texts, kind="document", *args, **kwargs):
-        calls.append((kind, len(texts)))
-        return original(self, texts, kind, *args, **kwargs)
-
-    monkeypatch.setattr(DenseRetriever, "encode", spy)
-
-    def documents() -> int:
-        return sum(n for kind, n in calls if kind == "document")
-
-    def evaluate(name: str) -> dict[str, list[str]]:
-        out = tmp_path / name
-        assert main(["evaluate", str(folder), "--retrievers", "dense", "--bootstrap", "0", "--no-progress", "--out",
-                     str(out)]) == 0  # fmt: skip
-        ranked: dict[str, list[str]] = {}
-        for line in (out / "runs" / "dense.trec").read_text().splitlines():
-            qid, _, doc, *_ = line.split()
-            ranked.setdefault(qid, []).append(doc)
-        return ranked
-
-    first = evaluate("one")
-    assert documents() == 15
-    queries = pq.read_table(next((folder / "queries").glob("*.parquet"))).to_pylist()
-    query = queries[0]
-    target = first[query["_id"]][-1]  # ranked last in its pool: the edit must lift it to the top
-    path = corpus_file(folder)
-    table = pq.read_table(path)
-    rows = [{**r, "text": query["text"]} if r["_id"] == target else r for r in table.to_pylist()]
-    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
-    calls.clear()
-    second = evaluate("two")  # the same process: the in-memory cache must not serve the old vectors either
-    assert documents() >= 1
-    assert second[query["_id"]][0] == target != first[query["_id"]][0]
-    assert len(list((tmp_path / "cache").iterdir())) == 2
-    _EMBEDDINGS.clear()  # a new process: the disk cache holds the edited corpus's entry
-    calls.clear()
-    third = evaluate("three")
-    assert documents() == 0 and third == second
-    assert (tmp_path / "two" / "runs" / "dense.trec").read_bytes() == (tmp_path / "three" / "runs" /
-                                                                       "dense.trec").read_bytes()  # fmt: skip
