@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class ConvragError(Exception):
     """Base class of convrag's own errors."""
@@ -26,3 +28,9 @@ class EmptyResult(ConvragError):
     """A run ended with no usable value where one was required (no verdict, no answer, no turn, no
     conversation). The CLI prints its one-line message and exits 1; partial output is kept and marked
     incomplete by the command that raises it."""
+
+
+def parquet_reason(err: Exception) -> str:
+    """pyarrow's reason for not reading a Parquet file, on one line, without the path it repeats (the caller's
+    message names the file)."""
+    return re.sub(r"^Could not open Parquet input source '.*?': ", "", " ".join(str(err).split()))

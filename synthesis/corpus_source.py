@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import glob
 import os
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from datatrove.data import Document, DocumentsPipeline
 from datatrove.pipeline.base import PipelineStep
 from tqdm.auto import tqdm
 
-from convrag.errors import ConvragError, DataError
+from convrag.errors import ConvragError, DataError, parquet_reason
 from convrag.jsonl import is_a, iter_jsonl, text_lines, type_name
 from convrag.manifest import read_card
 from convrag.progress import label
@@ -112,9 +111,7 @@ def _document(obj: Any, where: str, line: int) -> tuple[str, str, str]:
 def unreadable_parquet(err: Exception, path: str) -> DataError:
     """The one-line error of a Parquet file pyarrow cannot read (cut, damaged, not Parquet): pyarrow's reason on
     one line, without the path it repeats."""
-    reason = " ".join(str(err).split())
-    reason = re.sub(r"^Could not open Parquet input source '.*?': ", "", reason)
-    return DataError(f"not a readable Parquet file ({reason})", path)
+    return DataError(f"not a readable Parquet file ({parquet_reason(err)})", path)
 
 
 def parquet_file(path: str) -> pq.ParquetFile:

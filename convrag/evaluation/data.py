@@ -13,7 +13,6 @@ import functools
 import glob
 import hashlib
 import os
-import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from convrag.errors import ConvragError, DataError
+from convrag.errors import ConvragError, DataError, parquet_reason
 from convrag.evaluation.profile import EvaluationProfile, built_subsets, config_name
 from convrag.manifest import read_card
 from convrag.strategies import Turn, mtrag_turns, recor_turns
@@ -110,8 +109,7 @@ class Folder:
                 names = None if columns is None else [c for c in columns if c in pq.read_schema(path).names]
                 out.append((path, pq.read_table(path, columns=names)))
             except Exception as err:  # pyarrow raises several types for unreadable files
-                reason = re.sub(r"^Could not open Parquet input source '.*?': ", "", " ".join(str(err).split()))
-                raise DataError(f"cannot read Parquet file: {reason}", path) from None
+                raise DataError(f"cannot read Parquet file: {parquet_reason(err)}", path) from None
         self._sizes[(config, split)] = [(path, len(table)) for path, table in out]
         return out
 
