@@ -44,3 +44,14 @@ def mtrag_cited(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert main(["build", "mtrag", "--source", str(DATA / "mtrag"), "--config", "all-cited-corpus",
                  "--out", str(out)]) == 0
     return out
+
+
+@pytest.fixture(scope="session")
+def stratrag_first30(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """StratRAG built from the first 30 HotpotQA dev-distractor records (read only: tests must not write into it)."""
+    from convrag.cli import main
+
+    out = tmp_path_factory.mktemp("built") / "stratrag"
+    source = DATA / "hotpotqa" / "hotpot_dev_distractor_v1.first30.json"
+    assert main(["build", "stratrag", "--source", str(source), "--out", str(out)]) == 0
+    return out

@@ -155,11 +155,8 @@ def mtr(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def strat(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("strat") / "built"
-    source = DATA / "hotpotqa" / "hotpot_dev_distractor_v1.first30.json"
-    assert main(["build", "stratrag", "--source", str(source), "--out", str(out)]) == 0
-    return out
+def strat(stratrag_first30: Path) -> Path:
+    return stratrag_first30
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from convrag.cli import main
 from convrag.errors import ConvragError
 from convrag.hub import names_hub_repo, resolve_folder
 
-from .conftest import DATA, REPO
+from .conftest import REPO
 from .hub_server import TOKEN, serve
 
 REPO_ID = "convrag-test/stratrag-mini"
@@ -29,11 +29,8 @@ CONFIGS = ("all", "corpus", "qrels", "queries")
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("built") / "stratrag"
-    source = DATA / "hotpotqa" / "hotpot_dev_distractor_v1.first30.json"
-    assert main(["build", "stratrag", "--source", str(source), "--out", str(out)]) == 0
-    return out
+def built(stratrag_first30: Path) -> Path:
+    return stratrag_first30
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,6 @@ from convrag.llm import get_llm, load_prompt
 from convrag.llm.backends.openai_http import strict_schema
 from convrag.llm.structured import json_schema_for
 
-from .conftest import DATA
 from .test_llm_faults import FakeServer
 
 PROMPT_OF = {load_prompt(n).templates[0][1].strip(): n for n in (
@@ -52,11 +51,8 @@ def server() -> Iterator[FakeServer]:
 
 
 @pytest.fixture(scope="module")
-def strat(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("strat") / "built"
-    source = DATA / "hotpotqa" / "hotpot_dev_distractor_v1.first30.json"
-    assert main(["build", "stratrag", "--source", str(source), "--out", str(out)]) == 0
-    return out
+def strat(stratrag_first30: Path) -> Path:
+    return stratrag_first30
 
 
 def test_audit_reads_rating_lines_with_response_format_none(server: FakeServer, strat: Path, tmp_path: Path,
