@@ -563,9 +563,12 @@ def build_parser() -> argparse.ArgumentParser:
                                  "results/BENCHMARK/NAME-select for a built --queries folder, else "
                                  "results/custom/STEM-select)")
     p.add_argument("--judge", metavar="SPEC", help="judge LLM spec (default: the space's judge.model, else "
-                                                   "$CONVRAG_LLM or the embedded placeholder)")
+                                                   "$CONVRAG_LLM or the embedded placeholder), or "
+                                                   "oracle:EVIDENCE.jsonl to judge with labelled evidence spans "
+                                                   "({query_id, evidence: [span, ...]} per line; no LLM call)")
     p.add_argument("--llm", metavar="SPEC", help="LLM spec of rewriters / rerankers that name no model "
-                                                 "(default: the judge's)")
+                                                 "(default: the judge's; with an oracle judge, $CONVRAG_LLM or the "
+                                                 "embedded placeholder)")
     p.add_argument("--cache", help="LLM cache folder (default: the LLM layer's)")
     p.add_argument("--max-judgments", type=int, help="refuse to judge more unique pairs than this in one pool")
     p.add_argument("--dry-run", action="store_true", help="print the configurations and the cost bounds; call nothing")

@@ -260,10 +260,15 @@ def test_failed_judgments_leave_their_queries_out_of_every_score(hotpot: dict) -
 # ------------------------------------------------------------------------------------------------ the command
 def _scripted_judge(hotpot: dict) -> FakeBackend:
     """A judge whose replies are short rationales ending in "Rating: N", right for gold paragraphs (it looks the
-    question and passage up in the real labels), with one malformed reply first."""
+    question and passage up in the real labels), with one malformed reply first; asked for minimal facts, it
+    quotes the passage's first sentence in a fenced JSON block after a preamble."""
 
     def reply(messages: list) -> str:
         user = messages[-1]["content"]
+        if "Passage:" in user:  # the fact extractor
+            passage = user.split("Passage:", 1)[1].split("List the shortest stretches")[0].strip()
+            first = re.split(r"(?<=[.!?])\s", passage, maxsplit=1)[0]
+            return f'Here is the evidence:\n```json\n{json.dumps({"quotes": [first]})}\n```'
         question = re.search(r"Latest question: (.*)", user).group(1).strip()
         passage = user.split("Document:", 1)[1].split("Grade the document")[0].strip()
         gold = hotpot["gold"][hotpot["questions"][question]]
@@ -320,8 +325,16 @@ def test_select_command_end_to_end(hotpot: dict, tmp_path: Path, monkeypatch: py
     first = report["pools"][0]
     assert first["judgments"]["failed_pairs"] == 1 and first["judgments"]["failures"] == {"unparseable": 1}
     assert len(first["failed_queries"]) == 1 and report["judge_totals"]["failed_pairs"] == 1
-    # no cache in this test: every pool asks for its own unique pairs; with a cache the union would be asked once
-    assert report["judge_llm"]["calls"] == sum(p["judgments"]["unique"] for p in report["pools"])
+    # no cache in this test: every pool asks for its own unique pairs (and extracts its own facts); with a cache the
+    # union would be asked once
+    extraction = report["fact_totals"]
+    assert extraction["pools"] == 3 and extraction["calls"] == extraction["pairs"] > 0  # judge.facts: auto
+    assert report["judge_llm"]["calls"] == sum(p["judgments"]["unique"] for p in report["pools"]) + extraction["calls"]
+    # every pool varies the chunking but the retrieval stage: facts are made and choose there, chunks elsewhere
+    assert [p["measure"] for p in report["pools"]] == ["facts", "chunks", "facts", "facts"]
+    assert chosen["measure"] == "facts" and "differ in chunking" in chosen["measure_reason"]
+    assert board["headline"] == "facts" and all(row["fact_pr_auc"] is not None for row in board["rows"])
+    assert "fact PR-AUC" in (out / "leaderboard.md").read_text(encoding="utf-8")
     assert report["judge_totals"]["unique"] < report["judge_llm"]["calls"]
     assert "PR-AUC micro" in printed and "Chosen:" in printed and "Judge: 4 pools" in printed
 

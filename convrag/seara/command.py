@@ -3,20 +3,29 @@
 Output folder (written beside it under a temporary name and swapped in when complete, by
 :func:`convrag.out_folder.replacing`, so a failed run leaves nothing; --out may not be or hold an input)::
 
-    leaderboard.md / .csv / .json   the final pool's table (PR-AUC micro [CI], macro, P@K, R'@K, cost)
-    chosen.yaml                     the chosen configuration, its figures, pool signature and why it won
+    leaderboard.md / .csv / .json   the final pool's table (PR-AUC micro [CI], macro, P@K, R'@K, fact PR-AUC [CI],
+                                    fact R@K, cost); the headline that chose is marked
+    chosen.yaml                     the chosen configuration, its figures, pool signature, the measure that chose
+                                    (chunk- or fact-level, :mod:`convrag.seara.search`) and why it won
     pr_curves.png / .csv            micro PR curves of the final pool
     interaction.png                 mean PR-AUC by the factorial's first two varied dimensions (when there is one)
     pools/NN-LABEL/                 each judged pool (the final one last): leaderboard, pr_curves, pseudo-qrels
                                     (pseudo-qrels/ Parquet in the qrels layout, .json, .trec)
     report.json                     ``complete``, settings, queries, judge cost (calls, cache hits, tokens, cost),
+                                    fact extraction per pool (counts, failed queries, LLM report) and in total,
                                     components' LLM reports, chunk counts, failed judgments, racing rounds
+
+``--judge oracle:EVIDENCE.jsonl`` (or ``judge: {model: "oracle:..."}`` in the space, a relative path read from
+the space file's folder) judges with :class:`convrag.seara.evidence.EvidenceOracle`: no LLM call, the evidence
+spans are the facts; every query must have a line in the file (else exit 2, nothing written), and spans found in
+no document are counted and reported.
 
 --out is claimed by :func:`convrag.out_folder.claim_out` once the inputs are read: never an input or a folder
 holding one, never a user's non-empty folder; a folder an earlier ``convrag select`` wrote is replaced whole.
-When a pool cannot be scored because every query has a failed judgment (failed calls, unreadable replies), the
-pools judged so far and ``report.json`` (``"complete": false`` and the reason) are written, no leaderboard or
-choice, and :class:`~convrag.errors.EmptyResult` names the pool and the counts (exit 1).
+When a pool cannot be scored because every query has a failed judgment (failed calls, unreadable replies), or its
+configurations differ in chunking and no query has a usable fact, the pools judged so far and ``report.json``
+(``"complete": false`` and the reason) are written, no leaderboard or choice, and
+:class:`~convrag.errors.EmptyResult` names the pool and the counts (exit 1).
 """
 
 from __future__ import annotations
@@ -56,10 +65,32 @@ def write_pool(folder: Path, result: Any, space: Any, qrels: bool = True) -> Non
 
     folder.mkdir(parents=True, exist_ok=True)
     costs = {c.name: space.cost(c) for c in result.configurations}
-    write_leaderboard(folder, result.scores, bootstrap=result.boot, costs=costs, judge_calls=result.judge_calls())
+    write_leaderboard(folder, result.scores, bootstrap=result.boot, costs=costs, judge_calls=result.judge_calls(),
+                      facts=result.fact_scores, fact_bootstrap=result.fact_boot,
+                      headline=result.measure if result.fact_scores is not None else "chunks",
+                      notes=_fact_notes(result))  # fmt: skip
     plot_pr_curves(folder / "pr_curves.png", _curves(result), f"SEARA {result.label}", result.pseudo.signature)
     if qrels:
         write_pseudo_qrels(result.pseudo, folder)
+
+
+def _fact_notes(result: Any) -> list[str]:
+    """Leaderboard notes on a pool's facts: where they came from, failed extractions, unfound evidence."""
+    facts = result.facts
+    if facts is None:
+        return [f"Measure: {result.measure_reason} (no fact source, no fact column)."]
+    counts = facts.counts
+    where = (f"{counts.get('found', 0):,} of {counts.get('spans', 0):,} evidence spans located in the corpus"
+             if facts.source == "evidence" else
+             f"{counts.get('accepted', 0):,} verbatim quotes accepted from {counts.get('pairs', 0):,} judged-relevant "
+             f"pairs ({counts.get('rejected_not_verbatim', 0):,} not verbatim, {counts.get('no_quotes', 0):,} "
+             "without a quote)")  # fmt: skip
+    notes = [f"Measure: {result.measure_reason}.",
+             f"Minimal facts: {len(facts.factset.facts):,} over {len(facts.factset.by_query):,} queries; {where}."]
+    if facts.failed_queries:
+        notes.append(f"Failed fact extraction ({', '.join(facts.failed_queries)}): left out of the fact-level "
+                     "scores, nothing filled in.")
+    return notes
 
 
 def _dry_run(space: Any, n_queries: int, echo: Any) -> None:
@@ -87,6 +118,9 @@ def _dry_run(space: Any, n_queries: int, echo: Any) -> None:
          + (" Racing counts every configuration in every round (an upper bound)." if space.strategy == "racing"
             else "") + (" Staged pool sizes count every listed option (best@ references are one)."
                          if space.strategy == "staged" else ""))  # fmt: skip
+    echo("Fact extraction (fact-level scores; they choose in a pool whose configurations differ in chunking): at most "
+         "one LLM call per judged-relevant (query, chunk) pair, so at most the judgments above and usually far fewer; "
+         "each pool prints its exact count before extracting; none with an oracle:EVIDENCE judge.")
     llm_options = [(d, o) for d in ("rewriter", "reranker") for o in space.options[d].values() if o.kind == "llm"]
     for dim, option in llm_options:
         if dim == "rewriter":
@@ -102,8 +136,23 @@ def _dry_run(space: Any, n_queries: int, echo: Any) -> None:
 def _pool_entry(p: Any) -> dict[str, Any]:
     """One judged pool in report.json."""
     return {"label": p.label, "configurations": [c.name for c in p.configurations], "queries": len(p.query_ids),
-            "signature": p.pseudo.signature, "winner": p.pick.winner, "failed_queries": p.failed_queries,
-            "judgments": p.pseudo.summary()}
+            "signature": p.pseudo.signature, "winner": p.pick.winner, "measure": p.measure,
+            "measure_reason": p.measure_reason, "failed_queries": p.failed_queries, "judgments": p.pseudo.summary(),
+            "facts": None if p.facts is None else p.facts.summary()}
+
+
+def _fact_totals(pools: list[Any]) -> dict[str, Any]:
+    """Fact extraction summed over pools: outcome counts and the extractor's LLM figures (calls, tokens, cost)."""
+    total: dict[str, Any] = {"pools": sum(p.facts is not None for p in pools), "failed_queries": 0}
+    for p in pools:
+        if p.facts is None:
+            continue
+        total["failed_queries"] += len(p.facts.failed_queries)
+        for source in (p.facts.counts, p.facts.llm or {}):
+            for key, value in source.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    total[key] = total.get(key, 0) + value
+    return total
 
 
 def _write_result(tmp: Path, found: Any, space: Any, settings: dict[str, Any], runner: Any) -> None:
@@ -114,9 +163,12 @@ def _write_result(tmp: Path, found: Any, space: Any, settings: dict[str, Any], r
 
     final, chosen = found.final, found.chosen
     write_pool(tmp, final, space, qrels=False)
-    write_choice(tmp / "chosen.yaml", chosen.name, chosen.as_dict(),
-                 {k: v for k, v in final.scores[chosen.name].items() if isinstance(v, (int, float))},
-                 final.pseudo.signature or "", reason=final.pick.reason)  # fmt: skip
+    figures = {k: v for k, v in final.scores[chosen.name].items() if isinstance(v, (int, float))}
+    if final.fact_scores is not None:
+        figures.update({f"fact_{k}": v for k, v in final.fact_scores[chosen.name].items()
+                        if isinstance(v, (int, float))})
+    write_choice(tmp / "chosen.yaml", chosen.name, chosen.as_dict(), figures, final.pseudo.signature or "",
+                 reason=final.pick.reason, measure=final.measure, measure_reason=final.measure_reason)
     factorial = found.factorial
     if factorial is not None:
         varied = list(factorial.effects["levels"])
@@ -124,10 +176,28 @@ def _write_result(tmp: Path, found: Any, space: Any, settings: dict[str, Any], r
                          title=f"SEARA {factorial.label}: {varied[0]} x {varied[1]}",
                          pool_signature=factorial.pseudo.signature)  # fmt: skip
     write_json_atomic(tmp / "report.json", {
-        "complete": True, **settings, "judge_totals": found.judge_totals(), "chosen": chosen.name,
+        "complete": True, **settings, "judge_totals": found.judge_totals(), "fact_totals": _fact_totals(found.pools),
+        "chosen": chosen.name, "measure": final.measure, "measure_reason": final.measure_reason,
         "reason": final.pick.reason, "pools": [_pool_entry(p) for p in found.pools], "rounds": found.rounds,
         "runner": runner.report(),
         "factorial": None if factorial is None else {"pool": factorial.label, **factorial.effects}})  # fmt: skip
+
+
+def _space_judge(space: Any) -> str | None:
+    """The space's judge model, an ``oracle:`` path read from the space file's folder when relative."""
+    model = space.judge["model"]
+    if model == "default":
+        return None
+    prefix = "oracle:"
+    if isinstance(model, str) and model.startswith(prefix) and not Path(model[len(prefix):]).is_absolute():
+        return prefix + str(Path(space.source).parent / model[len(prefix):])
+    return model
+
+
+def _llm_report(judge: Any) -> dict[str, Any] | None:
+    """The judge LLM's report, None for a judge without an LLM (an evidence oracle)."""
+    report = getattr(judge, "report", None)
+    return report.to_dict() if report is not None else None
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -135,15 +205,17 @@ def run_command(args: argparse.Namespace) -> int:
     from convrag.llm import get_llm
     from convrag.llm.spec import PLACEHOLDER_MODEL, REAL_MODEL_HINT, SPEC_ENV, is_placeholder
     from convrag.progress import scope, wanted
+    from convrag.seara.evidence import ORACLE_PREFIX, is_oracle_spec, load_oracle
     from convrag.seara.inputs import query_texts, read_corpus, read_turns
     from convrag.seara.report import leaderboard
     from convrag.seara.runner import Runner
-    from convrag.seara.search import Searcher, UnscorablePool
+    from convrag.seara.search import Searcher, UnscorableFacts, UnscorablePool
     from convrag.seara.space import load_space
     from convrag.synthesis.engine import write_json_atomic
 
     out = Path(args.out)
-    inputs = [args.space, args.queries, args.corpus]
+    judge_arg = args.judge if args.judge and is_oracle_spec(args.judge) else None
+    inputs = [args.space, args.queries, args.corpus, judge_arg and judge_arg[len(ORACLE_PREFIX):]]
     check_results_out(out, inputs, COMMAND, read_whole=_read_whole(args))  # before anything is read
     if args.max_queries is not None and args.max_queries < 1:
         raise ConvragError(f"--max-queries must be at least 1, got {args.max_queries}")
@@ -152,10 +224,16 @@ def run_command(args: argparse.Namespace) -> int:
     space = load_space(args.space)
     if args.max_judgments is not None:
         space.judge["max_judgments"] = args.max_judgments
-    judge_spec = args.judge or (space.judge["model"] if space.judge["model"] != "default" else None) \
-        or os.environ.get(SPEC_ENV) or "default"
-    component_spec = args.llm or judge_spec
+    judge_spec = args.judge or _space_judge(space) or os.environ.get(SPEC_ENV) or "default"
+    oracle = None
+    if is_oracle_spec(judge_spec):
+        oracle = load_oracle(judge_spec)
+        inputs[3] = oracle.source
+        check_results_out(out, inputs, COMMAND, read_whole=_read_whole(args))
+    component_spec = args.llm or (os.environ.get(SPEC_ENV) or "default" if oracle else judge_spec)
     turns = read_turns(args.queries, split=args.split)[: args.max_queries]
+    if oracle is not None:
+        oracle.check_queries(t.qid for t in turns)
     corpus = args.corpus or (args.queries if Path(args.queries).is_dir() else None)
     if corpus is None:
         raise ConvragError("--corpus is required unless --queries is a built benchmark folder")
@@ -179,7 +257,8 @@ def run_command(args: argparse.Namespace) -> int:
         strategy = args.query_strategy or space.queries["strategy"]
         with scope("select", Path(str(args.queries)).name):
             queries = query_texts(turns, strategy, llm=make_llm("default"), progress=progress)
-        judge = get_llm(judge_spec, cache=args.cache) if args.cache else get_llm(judge_spec)
+        judge = oracle if oracle is not None else get_llm(judge_spec, cache=args.cache) if args.cache \
+            else get_llm(judge_spec)
         runner = Runner(space, docs, queries, make_llm, progress=progress)
         settings = {"space": str(args.space), "strategy": space.strategy, "depth": space.depth, "seed": space.seed,
                     "corpus": str(corpus), "documents": len(docs), "queries": len(queries),
@@ -199,19 +278,36 @@ def run_command(args: argparse.Namespace) -> int:
                 kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(err.failures.items()))
                 empty = (f"pool {err.pool!r}: every query has a failed judgment, nothing can be scored "
                          f"({err.pairs} failed pairs; unique judgments failed: {kinds})")
-                write_json_atomic(tmp / "report.json", {
-                    "complete": False, "incomplete": empty, **settings, "judge_llm": judge.report.to_dict(),
-                    "pools": [_pool_entry(p) for p in pools], "runner": runner.report()})  # fmt: skip
+            except UnscorableFacts as err:
+                empty = f"{err}; failed extractions are listed in report.json"
+                pools.append(err.result)
             else:
-                _write_result(tmp, found, space, {**settings, "judge_llm": judge.report.to_dict()}, runner)
+                _write_result(tmp, found, space, {**settings, "judge_llm": _llm_report(judge)}, runner)
+            if empty is not None:
+                write_json_atomic(tmp / "report.json", {
+                    "complete": False, "incomplete": empty, **settings, "judge_llm": _llm_report(judge),
+                    "pools": [_pool_entry(p) for p in pools], "fact_totals": _fact_totals(pools),
+                    "runner": runner.report()})  # fmt: skip
         if empty is not None:
             raise EmptyResult(f"{empty}; no leaderboard or choice was written, {out}/report.json is marked "
                               "incomplete")
     final, chosen, totals = found.final, found.chosen, found.judge_totals()
     costs = {c.name: space.cost(c) for c in final.configurations}
     print(leaderboard(final.scores, bootstrap=final.boot, costs=costs, judge_calls=final.judge_calls()))
-    print(f"\nChosen: {chosen.name} ({final.pick.reason})")
-    print(f"Judge: {totals['pools']} pools, {totals['unique']:,} unique judgments, {judge.report.summary()}")
+    if final.fact_scores is not None:
+        print("\n".join(_fact_notes(final)))
+    print(f"\nChosen: {chosen.name} by {final.measure_reason} ({final.pick.reason})")
+    print(f"Judge: {totals['pools']} pools, {totals['unique']:,} unique judgments; "
+          + (f"judge LLM (judging and fact extraction): {judge.report.summary()}" if oracle is None
+             else "evidence oracle, no LLM call"))
+    facts = _fact_totals(found.pools)
+    if oracle is None and facts["pools"]:
+        print(f"Fact extraction: {facts.get('pairs', 0):,} pairs, {facts.get('calls', 0):,} LLM calls, "
+              f"{facts['failed_queries']} queries with a failed extraction (per pool in report.json)")
+    unfound = sum(len(v) for v in (final.facts.unfound if final.facts is not None else {}).values())
+    if unfound:
+        print(f"Warning: {unfound} evidence spans were found in no document of the corpus (listed in report.json); "
+              "no chunk can state them, so they are not facts of their queries")
     print(f"Wrote {out}/leaderboard.md, chosen.yaml, pr_curves.png, pools/ and report.json")
     if is_placeholder(judge_spec):
         print(f"\nWarning: the judge is the embedded {PLACEHOLDER_MODEL} placeholder: this choice only shows that the "

@@ -3,7 +3,9 @@
 Definitions (the SEARA memo (``shared/reference/seara.md``) sections 6.5 and 6.6):
 
 * one leaderboard per pool: rows are ``metrics/pr_auc`` results (``score_chunks``) that must share one pool
-  signature (:func:`convrag.seara.pool.same_pool`); rows are ordered by PR-AUC micro (higher first, then name);
+  signature (:func:`convrag.seara.pool.same_pool`); with fact-level results (config ``facts``,
+  :mod:`convrag.seara.fact_level`) beside them, a fact PR-AUC column (and its CI) and fact recall at K; rows are
+  ordered by the headline (``headline``: ``"chunks"`` or ``"facts"``) PR-AUC micro (higher first, then name);
   ``cost rank`` is 1 for the cheapest (equal costs share a rank); recall is pool-relative;
 * PR curves are step curves: the points are drawn in decreasing recall with ``drawstyle="steps-post"`` (as
   sklearn's ``PrecisionRecallDisplay``), so P(k) spans (R(k-1), R(k)], the area the step PR-AUC adds up;
@@ -30,7 +32,9 @@ from convrag.seara.pool import same_pool
 from convrag.seara.stats import BootstrapResult
 
 COLUMNS = ("configuration", "pr_auc", "ci_low", "ci_high", "pr_auc_macro", "precision_at_k", "recall_at_k",
-           "n_scored", "n_excluded", "judge_calls", "cost", "cost_rank")  # fmt: skip
+           "n_scored", "n_excluded", "fact_pr_auc", "fact_ci_low", "fact_ci_high", "fact_recall_at_k",
+           "fact_n_scored", "judge_calls", "cost", "cost_rank")  # fmt: skip
+HEADLINES = ("chunks", "facts")
 CHOICE_FILE_HEADER = "# SEARA choice: the configuration to use, chosen by `convrag select`."
 
 
@@ -42,38 +46,63 @@ def _number(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def leaderboard_rows(results: Mapping[str, Mapping[str, Any]], *, bootstrap: BootstrapResult | None = None,
-                     judge_calls: Mapping[str, int] | None = None,
-                     costs: Mapping[str, float] | None = None) -> tuple[str, list[dict[str, Any]]]:
-    """``(pool signature, rows)`` with :data:`COLUMNS`, best PR-AUC micro first (ties by name).
+def _intervals(results: Mapping[str, Mapping[str, Any]], bootstrap: BootstrapResult | None,
+               what: str) -> dict[str, tuple[float | None, float | None]]:
+    """Each configuration's CI from ``bootstrap``, whose point estimates must equal the results' ``pr_auc``."""
+    out: dict[str, tuple[float | None, float | None]] = {}
+    for name, result in results.items():
+        if bootstrap is None:
+            out[name] = (None, None)
+            continue
+        if name not in bootstrap.point:
+            raise ReportError(f"{name!r} has no {what} bootstrap interval: bootstrap every configuration of the table")
+        if result.get("pr_auc") is None or not math.isclose(bootstrap.point[name], result["pr_auc"], abs_tol=1e-12):
+            raise ReportError(f"{name!r}: {what} bootstrap PR-AUC {bootstrap.point[name]} differs from the table's "
+                              f"{result.get('pr_auc')}: compute both at one k, level and precision denominator")
+        out[name] = bootstrap.ci(name)
+    return out
 
-    ``results``: {configuration: ``score_chunks`` result}; :func:`same_pool` refuses mixed or missing pool
-    signatures, and a ``bootstrap`` must carry the same signature. Its point estimates must equal the results'
-    ``pr_auc`` (same k, level and settings), else :class:`ReportError`."""
+
+def leaderboard_rows(results: Mapping[str, Mapping[str, Any]], *, bootstrap: BootstrapResult | None = None,
+                     judge_calls: Mapping[str, int] | None = None, costs: Mapping[str, float] | None = None,
+                     facts: Mapping[str, Mapping[str, Any]] | None = None,
+                     fact_bootstrap: BootstrapResult | None = None,
+                     headline: str = "chunks") -> tuple[str, list[dict[str, Any]]]:
+    """``(pool signature, rows)`` with :data:`COLUMNS`, best headline PR-AUC micro first (ties by name).
+
+    ``results``: {configuration: ``score_chunks`` result}; ``facts``: {configuration: ``score_facts`` result}
+    of the same pool (optional); :func:`same_pool` refuses mixed or missing pool signatures, and a bootstrap must
+    carry the same signature. Its point estimates must equal the results' ``pr_auc`` (same k, level and
+    settings), else :class:`ReportError`. ``headline="facts"`` needs ``facts``."""
+    if headline not in HEADLINES or (headline == "facts" and facts is None):
+        raise ReportError(f"headline must be 'chunks' or 'facts' (with fact results), got {headline!r}")
     checked: dict[str, Any] = dict(results)
-    if bootstrap is not None:
-        checked["<bootstrap>"] = bootstrap.pool_signature
+    for tag, boot in (("<bootstrap>", bootstrap), ("<fact bootstrap>", fact_bootstrap)):
+        if boot is not None:
+            checked[tag] = boot.pool_signature
+    if facts is not None:
+        checked.update({f"<facts> {n}": r for n, r in facts.items()})
     signature = same_pool(checked)
+    chunk_ci = _intervals(results, bootstrap, "chunk-level")
+    fact_ci = _intervals(facts, fact_bootstrap, "fact-level") if facts is not None else {}
     rows = []
     for name, result in results.items():
-        low = high = None
-        if bootstrap is not None:
-            if name not in bootstrap.point:
-                raise ReportError(f"{name!r} has no bootstrap interval: bootstrap every configuration of the table")
-            if result.get("pr_auc") is None or not math.isclose(bootstrap.point[name], result["pr_auc"], abs_tol=1e-12):
-                raise ReportError(f"{name!r}: bootstrap PR-AUC {bootstrap.point[name]} differs from the table's "
-                                  f"{result.get('pr_auc')}: compute both at one k, level and precision denominator")
-            low, high = bootstrap.ci(name)
-        rows.append({"configuration": name, "pr_auc": _number(result.get("pr_auc")), "ci_low": low, "ci_high": high,
-                     "pr_auc_macro": _number(result.get("pr_auc_macro")),
+        fact = (facts or {}).get(name, {})
+        rows.append({"configuration": name, "pr_auc": _number(result.get("pr_auc")), "ci_low": chunk_ci[name][0],
+                     "ci_high": chunk_ci[name][1], "pr_auc_macro": _number(result.get("pr_auc_macro")),
                      "precision_at_k": _number(result.get("precision_at_k")),
                      "recall_at_k": _number(result.get("recall_at_k")), "n_scored": result.get("n_scored"),
-                     "n_excluded": result.get("n_excluded"), "judge_calls": (judge_calls or {}).get(name),
-                     "cost": (costs or {}).get(name), "cost_rank": None})  # fmt: skip
+                     "n_excluded": result.get("n_excluded"), "fact_pr_auc": _number(fact.get("pr_auc")),
+                     "fact_ci_low": fact_ci.get(name, (None, None))[0],
+                     "fact_ci_high": fact_ci.get(name, (None, None))[1],
+                     "fact_recall_at_k": _number(fact.get("recall_at_k")), "fact_n_scored": fact.get("n_scored"),
+                     "judge_calls": (judge_calls or {}).get(name), "cost": (costs or {}).get(name),
+                     "cost_rank": None})  # fmt: skip
     priced = sorted({r["cost"] for r in rows if r["cost"] is not None})
     for row in rows:
         row["cost_rank"] = None if row["cost"] is None else priced.index(row["cost"]) + 1
-    rows.sort(key=lambda r: (r["pr_auc"] is None, -(r["pr_auc"] or 0.0), r["configuration"]))
+    key = "fact_pr_auc" if headline == "facts" else "pr_auc"
+    rows.sort(key=lambda r: (r[key] is None, -(r[key] or 0.0), r["configuration"]))
     return signature, rows
 
 
@@ -94,51 +123,76 @@ def _calibration_text(calibration: Any) -> str:
 
 def leaderboard(results: Mapping[str, Mapping[str, Any]], *, bootstrap: BootstrapResult | None = None,
                 judge_calls: Mapping[str, int] | None = None, costs: Mapping[str, float] | None = None,
-                calibration: Any = None, digits: int = 4) -> str:
+                calibration: Any = None, digits: int = 4, facts: Mapping[str, Mapping[str, Any]] | None = None,
+                fact_bootstrap: BootstrapResult | None = None, headline: str = "chunks",
+                notes: Sequence[str] = ()) -> str:
     """The markdown leaderboard of one pool (:func:`leaderboard_rows`) with the notes under it: queries, those
-    excluded (R' = 0), pool signature, the pool-relative recall caveat and the judge ``calibration`` if given
-    (a :class:`convrag.audit.missed.Calibration`, a mapping of figures, or text)."""
-    signature, rows = leaderboard_rows(results, bootstrap=bootstrap, judge_calls=judge_calls, costs=costs)
+    excluded (R' = 0), pool signature, the pool-relative recall caveat, the judge ``calibration`` if given
+    (a :class:`convrag.audit.missed.Calibration`, a mapping of figures, or text) and any extra ``notes``."""
+    signature, rows = leaderboard_rows(results, bootstrap=bootstrap, judge_calls=judge_calls, costs=costs,
+                                       facts=facts, fact_bootstrap=fact_bootstrap, headline=headline)
     level = f"{1 - bootstrap.alpha:.0%} CI" if bootstrap is not None else "no CI"
-    head = ["configuration", f"PR-AUC micro [{level}]", "PR-AUC macro", "P@K", "R'@K", "scored / excluded",
-            "judge calls", "cost rank"]  # fmt: skip
+    chooses = {headline: " (chooses)"} if facts is not None else {}
+    head = ["configuration", f"PR-AUC micro [{level}]{chooses.get('chunks', '')}", "PR-AUC macro", "P@K", "R'@K",
+            "scored / excluded"]
+    if facts is not None:
+        fact_level = f"{1 - fact_bootstrap.alpha:.0%} CI" if fact_bootstrap is not None else "no CI"
+        head += [f"fact PR-AUC [{fact_level}]{chooses.get('facts', '')}", "fact R@K", "fact scored"]
+    head += ["judge calls", "cost rank"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def ci(low: Any, high: Any) -> str:
+        return f" [{_fmt(low, digits)}, {_fmt(high, digits)}]" if low is not None else ""
+
     for r in rows:
-        ci = f" [{_fmt(r['ci_low'], digits)}, {_fmt(r['ci_high'], digits)}]" if r["ci_low"] is not None else ""
-        cells = [r["configuration"], _fmt(r["pr_auc"], digits) + ci, _fmt(r["pr_auc_macro"], digits),
-                 _fmt(r["precision_at_k"], digits), _fmt(r["recall_at_k"], digits),
-                 f"{_fmt(r['n_scored'], digits)} / {_fmt(r['n_excluded'], digits)}", _fmt(r["judge_calls"], digits),
-                 _fmt(r["cost_rank"], digits)]  # fmt: skip
+        cells = [r["configuration"], _fmt(r["pr_auc"], digits) + ci(r["ci_low"], r["ci_high"]),
+                 _fmt(r["pr_auc_macro"], digits), _fmt(r["precision_at_k"], digits), _fmt(r["recall_at_k"], digits),
+                 f"{_fmt(r['n_scored'], digits)} / {_fmt(r['n_excluded'], digits)}"]
+        if facts is not None:
+            cells += [_fmt(r["fact_pr_auc"], digits) + ci(r["fact_ci_low"], r["fact_ci_high"]),
+                      _fmt(r["fact_recall_at_k"], digits), _fmt(r["fact_n_scored"], digits)]
+        cells += [_fmt(r["judge_calls"], digits), _fmt(r["cost_rank"], digits)]
         lines.append("| " + " | ".join(cells) + " |")
     first = next(iter(results.values()))
     scored, excluded = first.get("n_scored") or 0, first.get("n_excluded") or 0
-    notes = [f"{scored + excluded} queries, {excluded} excluded (R' = 0: no pooled relevant chunk; candidate "
-             f"unanswerable). Pool signature: `{signature}`.",
-             "Recall is pool-relative (over the pooled relevant chunks only): compare configurations within this "
-             "pool only, never across pools."]  # fmt: skip
+    text = [f"{scored + excluded} queries, {excluded} excluded (R' = 0: no pooled relevant chunk; candidate "
+            f"unanswerable). Pool signature: `{signature}`.",
+            "Recall is pool-relative (over the pooled relevant chunks only): compare configurations within this "
+            "pool only, never across pools."]  # fmt: skip
+    if facts is not None:
+        text.append("Fact PR-AUC: recall over the pool's minimal facts (one chunk states a fact when it holds it "
+                    "whole), precision = top-k chunks stating a fact / min(k, n); it does not reward cutting the same "
+                    "evidence into more chunks.")
     if calibration is not None:
-        notes.append(f"Judge calibration: {_calibration_text(calibration)}.")
-    return "\n".join(lines) + "\n\n" + "\n".join(notes) + "\n"
+        text.append(f"Judge calibration: {_calibration_text(calibration)}.")
+    text += list(notes)
+    return "\n".join(lines) + "\n\n" + "\n".join(text) + "\n"
 
 
 def write_leaderboard(folder: str | os.PathLike, results: Mapping[str, Mapping[str, Any]], *,
                       bootstrap: BootstrapResult | None = None, judge_calls: Mapping[str, int] | None = None,
-                      costs: Mapping[str, float] | None = None, calibration: Any = None) -> dict[str, Path]:
+                      costs: Mapping[str, float] | None = None, calibration: Any = None,
+                      facts: Mapping[str, Mapping[str, Any]] | None = None,
+                      fact_bootstrap: BootstrapResult | None = None, headline: str = "chunks",
+                      notes: Sequence[str] = ()) -> dict[str, Path]:
     """Write ``leaderboard.md`` (:func:`leaderboard`), ``leaderboard.csv`` (:data:`COLUMNS`) and
-    ``leaderboard.json`` ({pool_signature, rows, bootstrap summary or None}) into ``folder``; returns the paths."""
-    kwargs = {"bootstrap": bootstrap, "judge_calls": judge_calls, "costs": costs}
+    ``leaderboard.json`` ({pool_signature, headline, rows, bootstrap and fact bootstrap summaries or None}) into
+    ``folder``; returns the paths."""
+    kwargs = {"bootstrap": bootstrap, "judge_calls": judge_calls, "costs": costs, "facts": facts,
+              "fact_bootstrap": fact_bootstrap, "headline": headline}
     signature, rows = leaderboard_rows(results, **kwargs)
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     paths = {ext: out / f"leaderboard.{ext}" for ext in ("md", "csv", "json")}
-    paths["md"].write_text(leaderboard(results, calibration=calibration, **kwargs), encoding="utf-8")
+    paths["md"].write_text(leaderboard(results, calibration=calibration, notes=notes, **kwargs), encoding="utf-8")
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
     writer.writeheader()
     writer.writerows({c: "" if r[c] is None else r[c] for c in COLUMNS} for r in rows)
     paths["csv"].write_text(buffer.getvalue(), encoding="utf-8")
-    payload = {"pool_signature": signature, "rows": rows,
-               "bootstrap": bootstrap.summary() if bootstrap is not None else None}
+    payload = {"pool_signature": signature, "headline": headline, "rows": rows,
+               "bootstrap": bootstrap.summary() if bootstrap is not None else None,
+               "fact_bootstrap": fact_bootstrap.summary() if fact_bootstrap is not None else None}
     paths["json"].write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return paths
 
@@ -155,17 +209,23 @@ def _plain(value: Any) -> Any:
 
 
 def write_choice(path: str | os.PathLike, name: str, dimensions: dict, metrics: dict, pool_signature: str, *,
-                 reason: str | None = None) -> Path:
-    """Write the chosen configuration as YAML ({configuration, pool_signature, dimensions, metrics}) under a
-    commented header saying how it was chosen (``reason``: e.g. :attr:`convrag.seara.stats.Pick.reason`)."""
+                 reason: str | None = None, measure: str = "chunks", measure_reason: str | None = None) -> Path:
+    """Write the chosen configuration as YAML ({configuration, pool_signature, measure, measure_reason,
+    dimensions, metrics}) under a commented header saying how it was chosen (``reason``: e.g.
+    :attr:`convrag.seara.stats.Pick.reason`; ``measure``: ``"chunks"`` or ``"facts"``, the PR-AUC that chose,
+    and ``measure_reason``: why that one)."""
+    what = "fact-level PR-AUC micro (over the pool's minimal facts)" if measure == "facts" else \
+        "PR-AUC micro (step, over rank cut-offs) against the pool's pseudo-qrels"
     header = [CHOICE_FILE_HEADER,
-              "# Rule: highest PR-AUC micro (step, over rank cut-offs) against the pool's pseudo-qrels; among",
+              f"# Rule: highest {what}; among",
               "# configurations whose paired-bootstrap difference CI to the best contains 0, the cheapest wins.",
               f"# Scores are pool-relative: valid for pool {pool_signature} only."]  # fmt: skip
+    if measure_reason:
+        header.append(f"# Measure: {' '.join(measure_reason.split())}")
     if reason:
         header.append(f"# This choice: {' '.join(reason.split())}")
-    body = {"configuration": name, "pool_signature": pool_signature, "dimensions": _plain(dimensions),
-            "metrics": _plain(metrics)}
+    body = {"configuration": name, "pool_signature": pool_signature, "measure": measure,
+            "measure_reason": measure_reason, "dimensions": _plain(dimensions), "metrics": _plain(metrics)}
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text("\n".join(header) + "\n" + yaml.safe_dump(body, sort_keys=False, allow_unicode=True),

@@ -44,6 +44,8 @@ class Runner:
         #: text and source document of every chunk made so far
         self.texts: dict[str, str] = {}
         self.doc_of: dict[str, str] = {}
+        #: every chunk made so far, by id (fact-level scoring reads their offsets)
+        self.chunk_table: dict[str, Chunk] = {}
 
     # ----------------------------------------------------------------------------------------- shared work
     def llm(self, spec: str | None) -> Any:
@@ -70,6 +72,7 @@ class Runner:
             for c in kept:
                 self.texts[c.chunk_id] = c.text
                 self.doc_of[c.chunk_id] = c.doc_id
+                self.chunk_table[c.chunk_id] = c
         return self._chunks[key]
 
     def index(self, chunking: str, filter_name: str, retrieval: str) -> Any:

@@ -3,10 +3,19 @@
 Every comparison is made inside one pool: the configurations compared are run, their top-K lists pooled
 (:func:`convrag.seara.pool.build_pool`), each unique (query, chunk text) judged once through the cached LLM layer
 (:func:`convrag.seara.judge.judge_pool`), and every configuration scored with ``metrics/pr_auc`` against those
-pseudo-qrels (headline: micro step PR-AUC at K). A query with a failed judgment is left out of every score of
-that pool and listed (a failed call never becomes a grade). The pick: the best point estimate, unless a cheaper
-configuration's paired-bootstrap CI of the difference includes 0 (cheaper wins, as the paper chose its LLM
-reranker for cost; :func:`convrag.seara.stats.pick`).
+pseudo-qrels (micro step PR-AUC at K). A query with a failed judgment is left out of every score of that pool
+and listed (a failed call never becomes a grade). With a fact source (an LLM extractor or an evidence oracle,
+:mod:`convrag.seara.fact_level`), every configuration is also scored on the pool's minimal facts, with its own
+paired bootstrap; a query with a failed extraction is left out of the fact-level scores and listed.
+
+Facts are made in the pools whose configurations differ in chunking (the space's ``judge.facts: auto``), in
+every pool (``always``: the fact column everywhere, at the cost of the extraction calls) or never (``never``).
+The **headline** that chooses (``PoolResult.measure``): fact-level when the pool's configurations do not all
+share one chunking (chunk-level counts then reward finer chunkings for cutting the same evidence into more
+"relevant" units: SEARA section 2.3), chunk-level when they do (same units, so chunk-level is exact and needs no
+extraction to be trusted); the other measure stays as a column. The pick: the best point estimate of the
+headline, unless a cheaper configuration's paired-bootstrap CI of the difference includes 0 (cheaper wins, as the
+paper chose its LLM reranker for cost; :func:`convrag.seara.stats.pick`).
 
 * ``grid``: every configuration of the space in one pool.
 * ``staged`` (paper Table 2): each stage varies some dimensions over the running best and is judged in its own
@@ -32,12 +41,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from convrag.llm import LLM
 from convrag.metrics.pr_auc.compute import score_chunks
+from convrag.seara import fact_level
+from convrag.seara.fact_level import FactSource, LLMFacts, OracleFacts, PoolFacts
 from convrag.seara.judge import PseudoQrels, judge_pool
 from convrag.seara.pool import Pool, build_pool
 from convrag.seara.runner import Runner
 from convrag.seara.space import BEST, DIMENSIONS, Configuration, Space, SpaceError
-from convrag.seara.stats import SelectionError, bootstrap, factorial_effects, pick
+from convrag.seara.stats import BootstrapResult, SelectionError, bootstrap, bootstrap_counts, factorial_effects, pick
 
 
 class UnscorablePool(SelectionError):
@@ -50,9 +62,33 @@ class UnscorablePool(SelectionError):
                          "nothing can be scored; check the judge")
 
 
+class UnscorableFacts(SelectionError):
+    """A pool whose configurations differ in chunking, so facts choose, but where no query has a usable fact:
+    ``pool`` (its label) and ``facts`` (:class:`PoolFacts`: counts, failed queries)."""
+
+    def __init__(self, pool: str, facts: PoolFacts, result: Any = None) -> None:
+        self.pool, self.facts, self.result = pool, facts, result
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(facts.counts.items()) if n)
+        super().__init__(f"[{pool}] the configurations differ in chunking, so minimal facts choose, but no query has "
+                         f"a usable fact ({counts or 'no relevant chunk'}; {len(facts.failed_queries)} queries with a "
+                         "failed extraction)")
+
+
+def default_fact_source(judge: Any, runner: Runner, concurrency: int) -> FactSource | None:
+    """Where a pool's facts come from by default: an evidence oracle's spans, an LLM judge's extraction, or None
+    (another judge: chunk-level only)."""
+    if callable(getattr(judge, "facts", None)):
+        return OracleFacts(judge, runner.docs)
+    if isinstance(judge, LLM):
+        return LLMFacts(judge, concurrency)
+    return None
+
+
 @dataclass
 class PoolResult:
-    """One judged pool and the scores of the configurations it compares."""
+    """One judged pool and the scores of the configurations it compares: chunk-level (``scores``, ``boot``) and,
+    with a fact source, fact-level (``fact_scores``, ``fact_boot``, ``facts``); ``measure`` is the headline that
+    chose (``"chunks"`` or ``"facts"``) and ``measure_reason`` says why."""
 
     label: str
     configurations: list[Configuration]
@@ -64,6 +100,20 @@ class PoolResult:
     pick: Any
     failed_queries: list[str] = field(default_factory=list)
     effects: dict[str, Any] | None = None
+    measure: str = "chunks"
+    measure_reason: str = ""
+    facts: PoolFacts | None = None
+    fact_scores: dict[str, dict[str, Any]] | None = None
+    fact_boot: BootstrapResult | None = None
+
+    @property
+    def headline(self) -> BootstrapResult:
+        """The bootstrap of the measure that chooses."""
+        return self.fact_boot if self.measure == "facts" and self.fact_boot is not None else self.boot
+
+    @property
+    def headline_scores(self) -> dict[str, dict[str, Any]]:
+        return self.fact_scores if self.measure == "facts" and self.fact_scores is not None else self.scores
 
     def judge_calls(self) -> dict[str, int]:
         """Per configuration, the unique judgments (judging keys) its own top-K lists need: what judging it
@@ -115,8 +165,11 @@ class Searcher:
     """Runs a search of ``space`` with ``runner``; ``judge`` is the judging LLM (or any relevance judge)."""
 
     def __init__(self, space: Space, runner: Runner, judge: Any, *, echo: Callable[[str], None] | None = print,
-                 on_pool: Callable[[PoolResult], None] | None = None) -> None:
+                 on_pool: Callable[[PoolResult], None] | None = None, facts: FactSource | None | str = "default"
+                 ) -> None:
         self.space, self.runner, self.judge, self.echo, self.on_pool = space, runner, judge, echo, on_pool
+        self.facts = default_fact_source(judge, runner, int(space.judge["concurrency"])) if facts == "default" \
+            else facts
 
     def _say(self, text: str) -> None:
         if self.echo is not None:
@@ -143,22 +196,66 @@ class Searcher:
                   for name, run in kept.items()}  # fmt: skip
         boot = bootstrap(kept, qrels, k, n_boot=self.space.bootstrap, seed=self.space.seed, level=level,
                          alpha=self.space.alpha, pool_signature=pseudo.signature)  # fmt: skip
-        choice = pick(boot, {c.name: self.space.cost(c) for c in configs}, alpha=self.space.alpha)
-        result = PoolResult(label, configs, list(qids), pool, pseudo, scores, boot, choice, failed)
+        result = PoolResult(label, configs, list(qids), pool, pseudo, scores, boot, None, failed)
+        if failed:
+            self._say(f"[{label}] {len(failed)} queries have a failed judgment and are left out of every score: "
+                      f"{', '.join(failed[:5])}{' ...' if len(failed) > 5 else ''}")
+        chunkings = sorted({c.get("chunking") for c in configs})
+        mode = self.space.judge.get("facts", "auto")
+        if self.facts is not None and (mode == "always" or (mode == "auto" and len(chunkings) > 1)):
+            self._fact_level(result, kept, scored)
+        if len(chunkings) > 1 and result.facts is not None:
+            result.measure = "facts"
+            result.measure_reason = (f"fact-level: the configurations differ in chunking ({', '.join(chunkings)}), "
+                                     "so chunk counts are not comparable across them")
+            if result.fact_boot is None:
+                raise UnscorableFacts(label, result.facts, result)  # type: ignore[arg-type]
+        elif len(chunkings) > 1:
+            why = "judge.facts is never" if mode == "never" else "there is no fact source"
+            result.measure_reason = (f"chunk-level: the configurations differ in chunking ({', '.join(chunkings)}) "
+                                     f"but {why}; finer chunkings are favoured")
+        else:
+            result.measure_reason = f"chunk-level: every configuration uses chunking {chunkings[0]}"
+        result.pick = pick(result.headline, {c.name: self.space.cost(c) for c in configs}, alpha=self.space.alpha)
         varied = [d for d in DIMENSIONS if len({c.get(d) for c in configs}) > 1]
         if len(varied) >= 2:
             factors = {c.name: {d: c.get(d) for d in varied} for c in configs}
             try:
-                result.effects = factorial_effects({n: s["pr_auc"] or 0.0 for n, s in scores.items()}, factors)
+                result.effects = factorial_effects({n: s["pr_auc"] or 0.0 for n, s in result.headline_scores.items()},
+                                                   factors)
             except SelectionError:
                 result.effects = None  # not a full factorial (exclusions): no effects table
-        if failed:
-            self._say(f"[{label}] {len(failed)} queries have a failed judgment and are left out of every score: "
-                      f"{', '.join(failed[:5])}{' ...' if len(failed) > 5 else ''}")
-        self._say(f"[{label}] winner {choice.winner} ({choice.reason})")
+        self._say(f"[{label}] winner {result.pick.winner} by {result.measure_reason.split(':')[0]} "
+                  f"({result.pick.reason})")
         if self.on_pool is not None:
             self.on_pool(result)
         return result
+
+    def _fact_level(self, result: PoolResult, runs: Mapping[str, Mapping[str, list[str]]],
+                    scored: Sequence[str]) -> None:
+        """Facts of the pool and the fact-level scores and bootstrap of every configuration (module docstring)."""
+        assert self.facts is not None
+        k, label = self.space.depth, result.label
+        relevant = {q: result.pseudo.relevant(q) for q in scored}
+        queries = {q: self.runner.queries[q] for q in scored}
+        table = self.runner.chunk_table
+        pairs, calls = self.facts.estimate(queries, table, relevant)
+        self._say(f"[{label}] minimal facts ({self.facts.source}): {pairs:,} judged-relevant (query, chunk) pairs "
+                  f"-> {calls:,} extraction calls")
+        facts = result.facts = self.facts(queries, table, relevant)
+        if facts.failed_queries:
+            self._say(f"[{label}] {len(facts.failed_queries)} queries have a failed fact extraction and are left out "
+                      f"of the fact-level scores: {', '.join(facts.failed_queries[:5])}"
+                      f"{' ...' if len(facts.failed_queries) > 5 else ''}")
+        fact_qids = [q for q in scored if q not in facts.failed_queries]
+        if not any(facts.factset.by_query.get(q) for q in fact_qids):
+            return
+        signature = result.pseudo.signature
+        result.fact_scores = fact_level.score_runs(runs, table, facts.factset, k, fact_qids, pool_signature=signature)
+        counts = {n: fact_level.query_counts(run, table, facts.factset, k, fact_qids) for n, run in runs.items()}
+        result.fact_boot = bootstrap_counts(counts, k, n_boot=self.space.bootstrap, seed=self.space.seed,
+                                            level=int(self.space.judge["level"]), alpha=self.space.alpha,
+                                            pool_signature=signature)  # fmt: skip
 
     # ----------------------------------------------------------------------------------------- strategies
     def run(self, query_ids: Sequence[str] | None = None) -> SearchResult:
@@ -188,7 +285,7 @@ class Searcher:
             pools.append(result)
             winners[stage.name] = result.winner
             best.update({d: result.winner.get(d) for d in vary})
-            by_point = sorted(result.boot.configurations, key=lambda n: (-result.boot.point[n], n))
+            by_point = sorted(result.headline.configurations, key=lambda n: (-result.headline.point[n], n))
             ranked = [result.pick.winner] + [n for n in by_point if n != result.pick.winner]
             finalists += [c for n in ranked[: self.space.keep_per_stage] for c in configs if c.name == n]
         finalists += [self.space.configuration(b) for b in self.space.baselines]
@@ -216,11 +313,11 @@ class Searcher:
                 continue
             pools.append(result)
             keep = alive
-            if not last and len(result.boot.query_ids) >= self.space.racing["min_scored"]:
-                bounds = {c.name: result.boot.ci(c.name) for c in alive}
+            if not last and len(result.headline.query_ids) >= self.space.racing["min_scored"]:
+                bounds = {c.name: result.headline.ci(c.name) for c in alive}
                 leader = max(bounds, key=lambda name: (bounds[name][0], name))
                 keep = [c for c in alive if bounds[c.name][1] >= bounds[leader][0]]
-            rounds.append({"round": len(rounds) + 1, "queries": n, "scored": len(result.boot.query_ids),
+            rounds.append({"round": len(rounds) + 1, "queries": n, "scored": len(result.headline.query_ids),
                            "configurations": len(alive), "dropped": [c.name for c in alive if c not in keep]})
             if last:
                 break

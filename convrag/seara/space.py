@@ -10,7 +10,9 @@ Schema (every key but ``dimensions`` optional; an absent dimension has the singl
     depth: 10                 # K: each configuration's list depth, and the pool depth
     seed: 0
     queries: {strategy: baseline}          # how a multi-turn query becomes text (convrag.strategies)
-    judge: {model: default, level: 2, max_judgments: 20000, max_cost_usd: null, concurrency: 4}
+    judge: {model: default, level: 2, max_judgments: 20000, max_cost_usd: null, concurrency: 4, facts: auto}
+                              # model: an LLM spec or oracle:EVIDENCE.jsonl; facts: auto (minimal facts in pools
+                              # whose configurations differ in chunking, where they choose), always, never
     dimensions:
       chunking:  {original: {strategy: original}, r512: {strategy: recursive, chunk_size: 512}}
       filter:    {none: {}, long: {min_chars: 200}}
@@ -55,7 +57,8 @@ DEFAULT_OPTION = {"chunking": ("original", {"strategy": "original"}), "filter": 
 STRATEGIES = ("grid", "staged", "racing")
 TOP_KEYS = {"depth", "seed", "queries", "judge", "dimensions", "baseline", "exclude", "search", "name"}
 SEARCH_KEYS = {"strategy", "stages", "keep_per_stage", "baselines", "bootstrap", "alpha", "racing"}
-JUDGE_KEYS = {"model", "level", "max_judgments", "max_cost_usd", "concurrency"}
+JUDGE_KEYS = {"model", "level", "max_judgments", "max_cost_usd", "concurrency", "facts"}
+FACT_MODES = ("auto", "always", "never")
 OPTION_KEYS = {
     "chunking": {"strategy", "chunk_size", "chunk_overlap", "separators", "n", "size", "stride", "cost"},
     "filter": {"min_chars", "max_chars", "cost"},
@@ -325,7 +328,10 @@ def parse_space(data: Any, source: str = "space") -> Space:
     rules = [_assignment(r, f"exclude[{i}]", source, options) for i, r in enumerate(exclude)]
     judge = _mapping(data.get("judge"), "judge", source)
     _unknown(judge, JUDGE_KEYS, "judge", source)
-    judge = {"model": "default", "level": 2, "max_judgments": None, "max_cost_usd": None, "concurrency": 4, **judge}
+    judge = {"model": "default", "level": 2, "max_judgments": None, "max_cost_usd": None, "concurrency": 4,
+             "facts": "auto", **judge}
+    if judge["facts"] not in FACT_MODES:
+        raise SpaceError(f"{source}: judge.facts must be one of {', '.join(FACT_MODES)}, got {judge['facts']!r}")
     for key, least, integer in (("max_judgments", 1, True), ("max_cost_usd", 0, False), ("concurrency", 1, True)):
         if judge[key] is not None or key == "concurrency":
             _number(judge[key], f"judge.{key}", source, least=least, integer=integer)

@@ -71,27 +71,31 @@ def query_counts(run: RunLists, qrels: Mapping[str, Any], k: int, level: int = D
     return _counts(run, _judged(qrels), k, level, unjudged)
 
 
-def _arrays(counts: Sequence[QueryCounts], k: int) -> tuple[np.ndarray, np.ndarray]:
-    """(found, size) as float arrays of shape (queries, k): cumulative counts at cut-offs 1..k, held past n
+def _arrays(counts: Sequence[QueryCounts], k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(found, hits, size) as float arrays of shape (queries, k): cumulative counts at cut-offs 1..k, held past n
     (precision denominator min(k, n), the metric's default ``retrieved``)."""
     found = np.zeros((len(counts), k))
+    hits = np.zeros((len(counts), k))
     size = np.zeros((len(counts), k))
     for i, q in enumerate(counts):
         n = min(q.retrieved, k)
         if n:
-            found[i, :n], size[i, :n] = q.found[:n], q.size[:n]
-            found[i, n:], size[i, n:] = q.found[n - 1], q.size[n - 1]
-    return found, size
+            found[i, :n], hits[i, :n], size[i, :n] = q.found[:n], q.hits[:n], q.size[:n]
+            found[i, n:], hits[i, n:], size[i, n:] = q.found[n - 1], q.hits[n - 1], q.size[n - 1]
+    return found, hits, size
 
 
-def micro_step(weights: np.ndarray, found: np.ndarray, size: np.ndarray, relevant: np.ndarray) -> np.ndarray:
+def micro_step(weights: np.ndarray, found: np.ndarray, size: np.ndarray, relevant: np.ndarray,
+               hits: np.ndarray | None = None) -> np.ndarray:
     """Micro step PR-AUC for each row of ``weights`` (resamples x queries, draw counts) and each configuration.
 
-    ``found`` and ``size``: (queries, configurations, k); ``relevant``: R'_q per query (all > 0). Sums of
+    ``found`` (recall numerators), ``hits`` (precision numerators; default ``found``, as for chunks) and ``size``:
+    (queries, configurations, k); ``relevant``: R'_q (or |F'_q|) per query (all > 0). Sums of
     integer counts are exact in float64, and the area adds (R(k) - R(k-1)) * P(k) in order k = 1..K, so on
     weights of ones the value equals ``compute.aggregate``'s ``pr_auc`` bit for bit. Returns (resamples, configs)."""
     n_q, n_c, k = found.shape
     tp = (weights @ found.reshape(n_q, n_c * k)).reshape(-1, n_c, k)
+    hit = tp if hits is None else (weights @ hits.reshape(n_q, n_c * k)).reshape(-1, n_c, k)
     retrieved = (weights @ size.reshape(n_q, n_c * k)).reshape(-1, n_c, k)
     total = (weights @ relevant)[:, None]
     area = np.zeros(tp.shape[:2])
@@ -99,7 +103,7 @@ def micro_step(weights: np.ndarray, found: np.ndarray, size: np.ndarray, relevan
     with np.errstate(invalid="ignore", divide="ignore"):
         for cut in range(k):
             recall = tp[:, :, cut] / total
-            precision = tp[:, :, cut] / retrieved[:, :, cut]
+            precision = hit[:, :, cut] / retrieved[:, :, cut]
             step = recall > last
             area = np.where(step, area + (recall - last) * precision, area)
             last = np.where(step, recall, last)
@@ -194,30 +198,44 @@ def bootstrap(runs: Mapping[str, RunLists], qrels: Mapping[str, Any], k: int, *,
 
     ``runs``: {configuration: {query id: chunk ids best first}}; ``qrels``: the pseudo-qrels of the one pool all
     runs were pooled into (``pool_signature`` is recorded for the report). Deterministic per ``seed``."""
-    if not runs:
+    judged = _judged(qrels)
+    counts = {name: _counts(runs[name], judged, k, level, unjudged) for name in runs}
+    return bootstrap_counts(counts, k, n_boot=n_boot, seed=seed, level=level, alpha=alpha,
+                            pool_signature=pool_signature)
+
+
+def bootstrap_counts(counts: Mapping[str, Sequence[QueryCounts]], k: int, *, n_boot: int = 1000, seed: int = 0,
+                     level: int = DEFAULT_LEVEL, alpha: float = 0.05,
+                     pool_signature: str | None = None) -> BootstrapResult:
+    """The paired bootstrap of :func:`bootstrap` from per-query counts: ``counts[config]`` lists one
+    :class:`QueryCounts` per query, the same queries in the same order for every configuration (chunk-level
+    counts, or fact-level ones whose recall counts facts and whose precision counts chunks)."""
+    if not counts:
         raise SelectionError("bootstrap needs at least one configuration")
     if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 1:
         raise SelectionError(f"n_boot must be a positive integer, got {n_boot!r}")
     _check_alpha(alpha)
-    names = tuple(runs)
-    judged = _judged(qrels)
-    counts = {name: _counts(runs[name], judged, k, level, unjudged) for name in names}
-    first = counts[names[0]]
+    names = tuple(counts)
+    first = list(counts[names[0]])
+    order = [q.query_id for q in first]
+    for name in names:
+        if [q.query_id for q in counts[name]] != order:
+            raise SelectionError(f"{name!r} is counted over other queries than {names[0]!r}: pair them first")
     keep = [i for i, q in enumerate(first) if q.relevant > 0]
     if not keep:
-        raise SelectionError(f"no query has a relevant pooled chunk (grade >= {level}): nothing to score")
+        raise SelectionError(f"no query has a relevant pooled unit (grade >= {level}): nothing to score")
     relevant = np.array([first[i].relevant for i in keep], dtype=float)
     found = np.zeros((len(keep), len(names), k))
-    size = np.zeros_like(found)
+    hits, size = np.zeros_like(found), np.zeros_like(found)
     for j, name in enumerate(names):
-        f, s = _arrays([counts[name][i] for i in keep], k)
-        found[:, j, :], size[:, j, :] = f, s
-    point = micro_step(np.ones((1, len(keep))), found, size, relevant)[0]
+        f, h, s = _arrays([counts[name][i] for i in keep], k)
+        found[:, j, :], hits[:, j, :], size[:, j, :] = f, h, s
+    point = micro_step(np.ones((1, len(keep))), found, size, relevant, hits)[0]
     rng = np.random.default_rng(seed)
     draws = rng.integers(0, len(keep), size=(n_boot, len(keep)))
     offsets = draws + (np.arange(n_boot) * len(keep))[:, None]
     weights = np.bincount(offsets.ravel(), minlength=n_boot * len(keep)).reshape(n_boot, len(keep)).astype(float)
-    samples = micro_step(weights, found, size, relevant).T
+    samples = micro_step(weights, found, size, relevant, hits).T
     return BootstrapResult(
         configurations=names, point={n: float(v) for n, v in zip(names, point, strict=True)}, samples=samples,
         query_ids=tuple(first[i].query_id for i in keep),
