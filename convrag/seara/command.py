@@ -293,7 +293,9 @@ def run_command(args: argparse.Namespace) -> int:
                               "incomplete")
     final, chosen, totals = found.final, found.chosen, found.judge_totals()
     costs = {c.name: space.cost(c) for c in final.configurations}
-    print(leaderboard(final.scores, bootstrap=final.boot, costs=costs, judge_calls=final.judge_calls()))
+    print(leaderboard(final.scores, bootstrap=final.boot, costs=costs, judge_calls=final.judge_calls(),
+                      facts=final.fact_scores, fact_bootstrap=final.fact_boot,
+                      headline=final.measure if final.fact_scores is not None else "chunks"))
     if final.fact_scores is not None:
         print("\n".join(_fact_notes(final)))
     print(f"\nChosen: {chosen.name} by {final.measure_reason} ({final.pick.reason})")
