@@ -127,6 +127,7 @@ def test_space_defaults_costs_grid_and_exclusions() -> None:
      "search.stages[0].vary.retrieval: 'best@later' names no earlier stage"),
     ({**SPACE, "search": {"strategy": "racing", "racing": {"start": 0}}}, "0 < start <= 1"),
     ({**SPACE, "judge": {"level": 4}}, "judge.level must be 1, 2 or 3"),
+    ({**SPACE, "judge": {"facts": "sometimes"}}, "judge.facts must be one of auto, always, never, got 'sometimes'"),
     ({**SPACE, "judge": {"max_judgments": "20k"}}, "judge.max_judgments must be an integer >= 1, got '20k'"),
     ({**SPACE, "search": {"strategy": "racing", "racing": {"start": "25%"}}}, "search.racing.start must be a number"),
     ({"dimensions": {"chunking": {"f": {"strategy": "fixed", "chunk_size": 512}}}},
@@ -348,6 +349,7 @@ def test_select_dry_run_and_refusals(hotpot: dict, tmp_path: Path, capsys: pytes
     assert main([*base, "--out", str(tmp_path / "dry"), "--dry-run"]) == 0
     printed = capsys.readouterr().out
     assert "stage chunking" in printed and "final common pool" in printed and "600" in printed
+    assert "Fact extraction" in printed and "judged-relevant (query, chunk) pair" in printed
     assert not (tmp_path / "dry").exists()
     busy = tmp_path / "busy"
     busy.mkdir()

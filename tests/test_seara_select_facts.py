@@ -232,3 +232,27 @@ def test_a_failed_extraction_is_counted_listed_and_left_out_over_http(files: dic
     assert broken in (out / "leaderboard.md").read_text(encoding="utf-8")
     assert f"Failed fact extraction ({broken})" in printed
     assert report["fact_totals"]["failed_queries"] == 1 and report["fact_totals"]["calls"] > 0
+
+
+@pytest.mark.parametrize("mode, chunkings, measure, fact_column", [
+    ("never", ("paragraphs", "sent1"), "chunks", False),
+    ("always", ("sent3",), "chunks", True),
+])
+def test_judge_facts_never_and_always(files: dict, tmp_path: Path, mode: str, chunkings: tuple, measure: str,
+                                      fact_column: bool) -> None:
+    folder = files["folder"]
+    space = yaml.safe_load((folder / "space.yaml").read_text(encoding="utf-8"))
+    space["dimensions"]["chunking"] = {k: CHUNKINGS[k] for k in chunkings}
+    space["dimensions"]["retrieval"]["bm25s"] = {"retriever": "bm25s"}
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump({**space, "judge": {"facts": mode}}), encoding="utf-8")
+    args = _args(folder, tmp_path / "out", "--judge", f"oracle:{folder / 'evidence.jsonl'}")
+    args[2] = str(tmp_path / "space.yaml")
+    assert main(args) == 0
+    chosen = yaml.safe_load((tmp_path / "out" / "chosen.yaml").read_text(encoding="utf-8"))
+    board = json.loads((tmp_path / "out" / "leaderboard.json").read_text(encoding="utf-8"))
+    assert chosen["measure"] == measure and board["headline"] == "chunks"
+    assert all((row["fact_pr_auc"] is not None) == fact_column for row in board["rows"])
+    if mode == "never":
+        assert "judge.facts is never" in chosen["measure_reason"]
+    else:
+        assert chosen["measure_reason"] == "chunk-level: every configuration uses chunking sent3"
