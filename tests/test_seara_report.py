@@ -245,7 +245,8 @@ def test_write_choice_round_trips(tmp_path):
     text = path.read_text(encoding="utf-8")
     assert text.startswith("# SEARA choice") and "# This choice: cheaper within CI" in text
     loaded = yaml.safe_load(text)
-    assert loaded == {"configuration": "nms+filters+llm", "pool_signature": SIG, "dimensions": dims,
+    assert loaded == {"configuration": "nms+filters+llm", "pool_signature": SIG, "measure": "chunks",
+                      "measure_reason": None, "dimensions": dims,
                       "metrics": {"pr_auc": 0.4321, "ci": [0.40, 0.46], "n_scored": 120}}  # fmt: skip
 
 
@@ -274,3 +275,35 @@ def test_interaction_png(tmp_path):
         assert png.read_bytes()[:8] == PNG_MAGIC
     with pytest.raises(ConvragError, match="no interaction table"):
         plot_interaction(tmp_path / "x.png", effects, "filter", "chunking")
+
+
+def test_fact_columns_choose_when_asked_and_their_bootstrap_must_match() -> None:
+    from convrag.seara import fact_level
+    from convrag.seara.facts import Chunk, Fact, FactSet
+    from convrag.seara.report import ReportError, leaderboard, leaderboard_rows
+    from convrag.seara.stats import bootstrap_counts
+
+    text = "Ada wrote the first program. She worked with Babbage. The engine was never built."
+    chunks = {"para": Chunk("para", "d", 0, text), "s1": Chunk("s1", "d", 0, text[:28]),
+              "s2": Chunk("s2", "d", 29, text[29:52]), "s3": Chunk("s3", "d", 53, text[53:])}
+    facts = FactSet({"d:0-28": Fact("d:0-28", "d", 0, 28, text[:28], ("q",), ()),
+                     "d:29-52": Fact("d:29-52", "d", 29, 52, text[29:52], ("q",), ())},
+                    {"q": ["d:0-28", "d:29-52"]})
+    runs = {"paragraph": {"q": ["para"]}, "sentences": {"q": ["s3", "s1", "s2"]}}
+    # chunk-level: the sentence chunking has two relevant units to the paragraph chunking's one
+    qrels = {"q": {"para": 3, "s1": 3, "s2": 3, "s3": 0}}
+    chunk = {n: score_chunks(r, qrels, k=3, pool_signature=SIG) for n, r in runs.items()}
+    fact = fact_level.score_runs(runs, chunks, facts, 3, ["q"], pool_signature=SIG)
+    assert fact["paragraph"]["pr_auc"] == 1.0 and fact["sentences"]["pr_auc"] == pytest.approx(0.5 * 0.5 + 0.5 * 2 / 3)
+    counts = {n: fact_level.query_counts(r, chunks, facts, 3, ["q"]) for n, r in runs.items()}
+    boot = bootstrap_counts(counts, 3, n_boot=20, pool_signature=SIG)
+    assert boot.point == {n: fact[n]["pr_auc"] for n in runs}  # bit for bit
+    _, rows = leaderboard_rows(chunk, facts=fact, fact_bootstrap=boot, headline="facts")
+    assert [r["configuration"] for r in rows] == ["paragraph", "sentences"]
+    assert rows[0]["fact_recall_at_k"] == 1.0 and rows[0]["fact_ci_low"] == rows[0]["fact_ci_high"] == 1.0
+    assert "fact PR-AUC [95% CI] (chooses)" in leaderboard(chunk, facts=fact, fact_bootstrap=boot, headline="facts")
+    other = bootstrap_counts({n: counts[n] for n in reversed(list(runs))}, 2, n_boot=20, pool_signature=SIG)
+    with pytest.raises(ReportError, match="fact-level bootstrap PR-AUC"):
+        leaderboard_rows(chunk, facts=fact, fact_bootstrap=other, headline="facts")
+    with pytest.raises(ReportError, match="headline"):
+        leaderboard_rows(chunk, headline="facts")
