@@ -256,3 +256,35 @@ def test_judge_facts_never_and_always(files: dict, tmp_path: Path, mode: str, ch
         assert "judge.facts is never" in chosen["measure_reason"]
     else:
         assert chosen["measure_reason"] == "chunk-level: every configuration uses chunking sent3"
+
+
+def test_no_usable_fact_where_facts_must_choose_exits_1_with_an_incomplete_report(
+        files: dict, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Every extraction reply is a refusal: the judged pool cannot be scored on facts, so nothing is chosen."""
+    records = files["records"][:3]
+    (tmp_path / "queries.jsonl").write_text("".join(json.dumps({"_id": r["_id"], "text": r["question"]}) + "\n"
+                                                    for r in records), encoding="utf-8")  # fmt: skip
+    space = {"depth": 2, "dimensions": {"chunking": {k: CHUNKINGS[k] for k in ("paragraphs", "sent3")}},
+             "search": {"strategy": "grid", "bootstrap": 50}}
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(space), encoding="utf-8")
+
+    def reply(body: dict) -> str:
+        user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        if "List the shortest stretches" in user:
+            return "As an AI model I cannot quote documents verbatim."
+        return json.dumps({"rationale": "It answers the question.", "grade": 3})
+
+    server = FakeServer()
+    server.responder = reply
+    try:
+        args = _args(files["folder"], tmp_path / "out", "--judge", f"openai:test-model@{server.url};max_retries=0")
+        args[2], args[6] = str(tmp_path / "space.yaml"), str(tmp_path / "queries.jsonl")
+        assert main(args) == 1
+    finally:
+        server.close()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "failed:" in err[0] and "no query has a usable fact" in err[0]
+    report = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
+    assert report["complete"] is False and "minimal facts choose" in report["incomplete"]
+    assert sorted(report["pools"][0]["facts"]["failed_queries"]) == sorted(r["_id"] for r in records)
+    assert not (tmp_path / "out" / "chosen.yaml").exists() and not (tmp_path / "out" / "leaderboard.md").exists()

@@ -136,7 +136,7 @@ def _dry_run(space: Any, n_queries: int, echo: Any) -> None:
 def _pool_entry(p: Any) -> dict[str, Any]:
     """One judged pool in report.json."""
     return {"label": p.label, "configurations": [c.name for c in p.configurations], "queries": len(p.query_ids),
-            "signature": p.pseudo.signature, "winner": p.pick.winner, "measure": p.measure,
+            "signature": p.pseudo.signature, "winner": None if p.pick is None else p.pick.winner, "measure": p.measure,
             "measure_reason": p.measure_reason, "failed_queries": p.failed_queries, "judgments": p.pseudo.summary(),
             "facts": None if p.facts is None else p.facts.summary()}
 
