@@ -1,15 +1,20 @@
 """SEARA offline validation where the truth is known (memo section 6.7): pseudo vs true PR-AUC orderings.
 
     python benchmarks/validate_seara.py [--dataset hotpotqa|mtrag|all] [--k 10] [--seeds 5] [--max-queries N]
-        [--pooled 2,4] [--no-dense] [--data FOLDER] [--json PATH]
+        [--pooled 2,4] [--no-dense] [--chunkings] [--data FOLDER] [--json PATH]
 
 Per dataset (definitions in :mod:`convrag.seara.validation`): the configuration table (true micro step
 PR-AUC@k per configuration), then the validation table: judge (oracle, noisy oracles 0.05 / 0.1 / 0.2,
 length-correlated 0.1) x number of pooled configurations (``--pooled`` plus all) -> Kendall tau-b of the pseudo
 vs the true ordering (mean, min over seeds), tau_AP (mean), top-1 agreement share, top-1 regret (true best
 minus true value of the pseudo-chosen configuration, >= 0; mean, max). For hotpotqa, the facts checks of memo
-6.7 item 6 follow. ``--json`` writes every figure. Progress goes to stderr. ``--data``: the shared data folder (default:
-``$CONVRAG_SHARED_DATA`` or ``../shared/data`` beside the repository); nothing is cached or written elsewhere.
+6.7 item 6 follow. Then, per dataset, the validation across chunkings (definitions in
+:mod:`convrag.seara.validation_chunkings`; ``--chunkings`` runs only it): the configuration table (chunkings x
+bm25 / dense: true evidence recall@K, chunk- and fact-level PR-AUC under the evidence oracle) and the validation
+table (oracle and noisy oracles x chunk / fact measure: tau-b, top-1 share, regret). ``--json`` writes every figure
+(the chunkings validation under each dataset's ``chunkings`` key). Progress goes to stderr. ``--data``: the
+shared data folder (default: ``$CONVRAG_SHARED_DATA`` or ``../shared/data`` beside the repository); nothing is
+cached or written elsewhere.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from convrag.seara.validation import (
     make_runs,
     validate,
 )
+from convrag.seara.validation_chunkings import load_hotpotqa_evidence, load_mtrag_evidence, validate_chunkings
 from convrag.seara.validation_facts import facts_checks
 
 DATASETS = ("hotpotqa", "mtrag")
@@ -66,6 +72,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-queries", type=positive, default=None, help="keep the first N queries of each dataset")
     p.add_argument("--pooled", type=counts, default=[2, 4], help="numbers of pooled configurations (all is added)")
     p.add_argument("--no-dense", action="store_true", help="the family without the dense model (fast)")
+    p.add_argument("--chunkings", action="store_true", help="run only the validation across chunkings")
     p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the shared data folder")
     p.add_argument("--json", type=Path, default=None, help="write every figure to this JSON file")
     args = p.parse_args(argv)
@@ -110,10 +117,37 @@ def report(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run_dataset(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    def progress(msg: str) -> None:
-        print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+def chunkings_report(result: dict[str, Any]) -> str:
+    located, skipped = result["located"], ", ".join(f"{n} {w}" for w, n in result["skipped"].items())
+    configs = sorted(result["configurations"].items(), key=lambda kv: (-kv[1]["truth_recall"], kv[0]))
+    return "\n".join([
+        f"== {result['dataset']} across chunkings: {result['queries']} queries, {result['documents']} documents, "
+        f"{result['evidence_spans']} evidence spans (median {result['evidence_median_chars']:g} chars, "
+        f"{result['evidence_over_256_chars']} over 256), K = {result['k']}, {result['seeds']} seeds",
+        f"skipped: {skipped or 'nothing'}; spans found in no document: {located['unfound_spans']}, in several "
+        f"(first used): {located['several_documents']}", "",
+        "configuration table (truth = evidence recall@K; PR-AUC@K under the evidence oracle)",
+        table(["configuration", "truth recall", "chunk PR-AUC", "fact PR-AUC", "fact recall", "chunks", "mean chars"],
+              [[n, r["truth_recall"], r["chunk_pr_auc"], r["fact_pr_auc"], r["fact_recall"], r["chunks"],
+                r["mean_chunk_chars"]] for n, r in configs]), "",
+        "validation table (ranking vs truth ordering; regret = true best - true of the chosen, >= 0)",
+        table(["judge", "measure", "tau_b mean", "tau_b min", "top-1 share", "regret mean", "regret max"],
+              [[r["judge"], r["measure"], r["tau_b_mean"], r["tau_b_min"], r["top1_share"], r["regret_mean"],
+                r["regret_max"]] for r in result["rows"]])])
 
+
+def progress(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def run_chunkings(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    progress(f"{name}: loading the evidence set")
+    load = load_hotpotqa_evidence if name == "hotpotqa" else load_mtrag_evidence
+    evset = load(args.data / name, args.max_queries)
+    return validate_chunkings(evset, args.k, dense=not args.no_dense, seeds=args.seeds, progress=progress)
+
+
+def run_dataset(name: str, args: argparse.Namespace) -> dict[str, Any]:
     progress(f"{name}: loading")
     truth = load_hotpotqa(args.data / "hotpotqa") if name == "hotpotqa" else load_mtrag(args.data / "mtrag")
     truth = truth.head(args.max_queries)
@@ -135,11 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for name in names:
         try:
-            results[name] = run_dataset(name, args)
+            if not args.chunkings:
+                results[name] = run_dataset(name, args)
+                print(report(results[name]), end="\n\n", flush=True)
+            results.setdefault(name, {})["chunkings"] = run_chunkings(name, args)
         except ConvragError as exc:
             print(f"validate_seara: {name}: {exc}", file=sys.stderr)
             return 1
-        print(report(results[name]), end="\n\n", flush=True)
+        print(chunkings_report(results[name]["chunkings"]), end="\n\n", flush=True)
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=1, sort_keys=True), encoding="utf-8")
     return 0

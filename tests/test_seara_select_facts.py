@@ -167,6 +167,14 @@ def test_queries_missing_from_the_evidence_are_an_error_naming_the_file(files: d
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(part) in err[0] and "20" in err[0]
     assert not out.exists()
+    # a line for a query that is not one of the queries (a typo) names its line
+    typo = tmp_path / "typo.jsonl"
+    lines = [json.dumps({"query_id": q, "evidence": v}) for q, v in files["evidence"].items()]
+    lines.insert(3, json.dumps({"query_id": "5a8b57f25542995d1e6f137X", "evidence": ["Some span."]}))
+    typo.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert main(_args(files["folder"], out, "--judge", f"oracle:{typo}")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{typo}:4:" in err[0] and "5a8b57f25542995d1e6f137X" in err[0] and not out.exists()
     # --out may not be the evidence file
     assert main(_args(files["folder"], part, "--judge", f"oracle:{part}")) == 2
     assert "--out" in capsys.readouterr().err

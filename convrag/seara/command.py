@@ -78,7 +78,8 @@ def _fact_notes(result: Any) -> list[str]:
     """Leaderboard notes on a pool's facts: where they came from, failed extractions, unfound evidence."""
     facts = result.facts
     if facts is None:
-        return [f"Measure: {result.measure_reason} (no fact source, no fact column)."]
+        return [f"Measure: {result.measure_reason}. No fact column in this pool: facts are made where chunkings "
+                "differ (or in every pool with judge.facts: always), when the judge can give them."]
     counts = facts.counts
     where = (f"{counts.get('found', 0):,} of {counts.get('spans', 0):,} evidence spans located in the corpus"
              if facts.source == "evidence" else
@@ -86,7 +87,8 @@ def _fact_notes(result: Any) -> list[str]:
              f"pairs ({counts.get('rejected_not_verbatim', 0):,} not verbatim, {counts.get('no_quotes', 0):,} "
              "without a quote)")  # fmt: skip
     notes = [f"Measure: {result.measure_reason}.",
-             f"Minimal facts: {len(facts.factset.facts):,} over {len(facts.factset.by_query):,} queries; {where}."]
+             f"Minimal facts: {len(facts.factset.facts):,} over {len(facts.factset.by_query):,} queries; {where}.",
+             "The PR curves (pr_curves.png) are the chunk-level ones."]
     if facts.failed_queries:
         notes.append(f"Failed fact extraction ({', '.join(facts.failed_queries)}): left out of the fact-level "
                      "scores, nothing filled in.")
@@ -142,12 +144,16 @@ def _pool_entry(p: Any) -> dict[str, Any]:
 
 
 def _fact_totals(pools: list[Any]) -> dict[str, Any]:
-    """Fact extraction summed over pools: outcome counts and the extractor's LLM figures (calls, tokens, cost)."""
+    """Fact extraction summed over pools: outcome counts and the extractor's LLM figures (calls, tokens, cost); for
+    an evidence oracle, the last pool's span counts."""
     total: dict[str, Any] = {"pools": sum(p.facts is not None for p in pools), "failed_queries": 0}
     for p in pools:
         if p.facts is None:
             continue
         total["failed_queries"] += len(p.facts.failed_queries)
+        if p.facts.source == "evidence":  # the same spans in every pool: the last pool's counts, not a sum
+            total.update(p.facts.counts)
+            continue
         for source in (p.facts.counts, p.facts.llm or {}):
             for key, value in source.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -173,14 +179,15 @@ def _write_result(tmp: Path, found: Any, space: Any, settings: dict[str, Any], r
     if factorial is not None:
         varied = list(factorial.effects["levels"])
         plot_interaction(tmp / "interaction.png", factorial.effects, varied[0], varied[1],
-                         title=f"SEARA {factorial.label}: {varied[0]} x {varied[1]}",
+                         title=f"SEARA {factorial.label}: {varied[0]} x {varied[1]} ({factorial.measure}-level)",
                          pool_signature=factorial.pseudo.signature)  # fmt: skip
     write_json_atomic(tmp / "report.json", {
         "complete": True, **settings, "judge_totals": found.judge_totals(), "fact_totals": _fact_totals(found.pools),
         "chosen": chosen.name, "measure": final.measure, "measure_reason": final.measure_reason,
         "reason": final.pick.reason, "pools": [_pool_entry(p) for p in found.pools], "rounds": found.rounds,
         "runner": runner.report(),
-        "factorial": None if factorial is None else {"pool": factorial.label, **factorial.effects}})  # fmt: skip
+        "factorial": None if factorial is None else {"pool": factorial.label, "measure": factorial.measure,
+                                                     **factorial.effects}})  # fmt: skip
 
 
 def _space_judge(space: Any) -> str | None:
@@ -189,8 +196,9 @@ def _space_judge(space: Any) -> str | None:
     if model == "default":
         return None
     prefix = "oracle:"
-    if isinstance(model, str) and model.startswith(prefix) and not Path(model[len(prefix):]).is_absolute():
-        return prefix + str(Path(space.source).parent / model[len(prefix):])
+    if isinstance(model, str) and model.startswith(prefix):
+        path = Path(model[len(prefix):]).expanduser()
+        return prefix + str(path if path.is_absolute() else Path(space.source).parent / path)
     return model
 
 
@@ -215,7 +223,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     judge_arg = args.judge if args.judge and is_oracle_spec(args.judge) else None
-    inputs = [args.space, args.queries, args.corpus, judge_arg and judge_arg[len(ORACLE_PREFIX):]]
+    inputs = [args.space, args.queries, args.corpus, judge_arg and judge_arg[len(ORACLE_PREFIX):] or None]
     check_results_out(out, inputs, COMMAND, read_whole=_read_whole(args))  # before anything is read
     if args.max_queries is not None and args.max_queries < 1:
         raise ConvragError(f"--max-queries must be at least 1, got {args.max_queries}")
@@ -231,7 +239,10 @@ def run_command(args: argparse.Namespace) -> int:
         inputs[3] = oracle.source
         check_results_out(out, inputs, COMMAND, read_whole=_read_whole(args))
     component_spec = args.llm or (os.environ.get(SPEC_ENV) or "default" if oracle else judge_spec)
-    turns = read_turns(args.queries, split=args.split)[: args.max_queries]
+    turns = read_turns(args.queries, split=args.split)
+    if oracle is not None:
+        oracle.check_known(t.qid for t in turns)
+    turns = turns[: args.max_queries]
     if oracle is not None:
         oracle.check_queries(t.qid for t in turns)
     corpus = args.corpus or (args.queries if Path(args.queries).is_dir() else None)

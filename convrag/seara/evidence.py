@@ -51,6 +51,11 @@ def is_oracle_spec(spec: str | None) -> bool:
 
 def read_evidence(path: str | os.PathLike) -> dict[str, list[str]]:
     """``{query_id: [span, ...]}`` of an evidence file (module docstring); every problem a DataError with its line."""
+    return read_evidence_lines(path)[0]
+
+
+def read_evidence_lines(path: str | os.PathLike) -> tuple[dict[str, list[str]], dict[str, int]]:
+    """:func:`read_evidence` and the line each query id is on."""
     where = os.fspath(path)
     evidence: dict[str, list[str]] = {}
     first_line: dict[str, int] = {}
@@ -70,19 +75,20 @@ def read_evidence(path: str | os.PathLike) -> dict[str, list[str]]:
         evidence[qid] = list(spans)
     if not evidence:
         raise DataError("the evidence file holds no line (expected {\"query_id\": ..., \"evidence\": [...]})", where)
-    return evidence
+    return evidence, first_line
 
 
 def load_oracle(spec: str) -> EvidenceOracle:
     """The oracle of ``oracle:EVIDENCE.jsonl``: the file after the prefix, read by :func:`read_evidence`."""
     if not is_oracle_spec(spec):
         raise ConvragError(f"not an evidence oracle: {spec!r} (expected {ORACLE_PREFIX}EVIDENCE.jsonl)")
-    path = spec[len(ORACLE_PREFIX):]
+    path = os.path.expanduser(spec[len(ORACLE_PREFIX):])
     if not path:
         raise ConvragError(f"{spec!r} names no evidence file (expected {ORACLE_PREFIX}EVIDENCE.jsonl)")
     if not os.path.exists(path):
         raise ConvragError(f"{path}: no such evidence file (from --judge {spec})")
-    return EvidenceOracle(read_evidence(path), source=path)
+    evidence, lines = read_evidence_lines(path)
+    return EvidenceOracle(evidence, source=path, lines=lines)
 
 
 def normalize_span(text: str) -> str:
@@ -160,9 +166,11 @@ class EvidenceOracle(RelevanceJudge):
     """Grades chunks and gives minimal facts from labelled evidence spans (module docstring). ``source``: the file
     the evidence came from (named in errors and in ``name``)."""
 
-    def __init__(self, evidence: Mapping[str, Sequence[str]], source: str = "") -> None:
+    def __init__(self, evidence: Mapping[str, Sequence[str]], source: str = "",
+                 lines: Mapping[str, int] | None = None) -> None:
         self.evidence = {str(q): list(spans) for q, spans in evidence.items()}
         self.source = source
+        self.lines = dict(lines or {})
         self._needles: dict[str, list[str]] = {}
         for qid, spans in self.evidence.items():
             needles = [normalize_span(s) for s in spans]
@@ -195,6 +203,17 @@ class EvidenceOracle(RelevanceJudge):
             first = ", ".join(repr(q) for q in missing[:5]) + (", ..." if len(missing) > 5 else "")
             raise DataError(f"no evidence line for {len(missing)} of {len(ids)} queries ({first})",
                             self.source or "evidence")
+
+    def check_known(self, query_ids: Iterable[str]) -> None:
+        """A DataError naming the source file and line of the first evidence line whose query id is not among
+        ``query_ids`` (a mistyped id is never silently ignored)."""
+        known = set(query_ids)
+        unknown = sorted((self.lines.get(q, 0), q) for q in self.evidence if q not in known)
+        if unknown:
+            line, qid = unknown[0]
+            more = f" ({len(unknown) - 1} more unknown ids)" if len(unknown) > 1 else ""
+            raise DataError(f"query_id {qid!r} is not one of the {len(known)} queries{more}", self.source or "evidence",
+                            line or None)
 
     def facts(self, docs: Sequence[tuple[str, str, str]], query_ids: Iterable[str]) -> EvidenceFacts:
         """The located facts of ``query_ids`` in ``docs`` (``(doc_id, title, text)``, module docstring)."""

@@ -299,15 +299,15 @@ def match_chunks(retrieved: Iterable[Chunk], facts: Iterable[Fact], *, theta: fl
                  entail: Entailer | None = None) -> list[Match]:
     """Which retrieved chunk states which fact, and by which rule (span, then string, then ``entail``)."""
     facts = list(facts)
+    needles = [normalize_text(f.text) for f in facts]
     out: list[Match] = []
     for chunk in retrieved:
         norm = None
-        for fact in facts:
+        for fact, needle in zip(facts, needles, strict=True):
             if fact.doc_id == chunk.doc_id and _covered_share(fact, [(chunk.start, chunk.end)]) >= theta:
                 out.append(Match(chunk.chunk_id, fact.fact_id, "span"))
                 continue
             norm = normalize_text(chunk.text) if norm is None else norm
-            needle = normalize_text(fact.text)
             if needle and needle in norm:
                 out.append(Match(chunk.chunk_id, fact.fact_id, "string"))
             elif entail is not None and entail(fact, chunk):
