@@ -15,7 +15,7 @@ Configs (split ``test`` = the benchmark, plus ``train`` when the source has it):
 Conversation ids come from a ``conversation_id`` column when the source has one, else ``<split>-<n:05d>``
 (n = the conversation's 0-based position in file order). Option ``release``: ``12turn`` (default, the
 current Hub release) or ``8turn`` (the paper's MTR-BENCH / MTR-train); see ``mtr_bench_source`` for sources.
-The corpus repo name ``OkayestProgrammer/MTR-DOCUMENT`` is our assumption: no reference we have names it.
+The corpus repo ``OkayestProgrammer/MTR-DOCUMENT`` is the one the authors' README (rangehow/mtr-suite) names.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ Sources (public Hub dataset repos, fetched with ``huggingface_hub.snapshot_downl
 * ``8turn`` (the paper's legacy release): ``OkayestProgrammer/MTR-BENCH`` (its Hub split ``train`` is the
   benchmark, our ``test``) and ``OkayestProgrammer/MTR-train`` (our ``train``); no ``turn`` / ``switch_turn``
   columns: a conversation is 8 consecutive rows, turn = len(messages) // 2, hard switch after turn 4.
-* corpus (MTR-DOCUMENT, 1,041,047 passages; row index = ``document_idx``): ``CORPUS_REPO``. No reference we
-  have names its Hub repo: ``OkayestProgrammer/MTR-DOCUMENT`` is our assumption.
+* corpus (MTR-DOCUMENT, 1,041,047 passages; row index = ``document_idx``): ``CORPUS_REPO``,
+  ``OkayestProgrammer/MTR-DOCUMENT``, the repository the authors' README (rangehow/mtr-suite) names for it.
 
 A local folder holds ``test*``, ``train*`` and ``corpus*`` files (``.parquet`` or ``.jsonl``) directly or under
 ``data/``, or the repos' snapshots as sub-folders named after them (``MTR-BENCH/``, ``MTR-train/``,
@@ -31,7 +31,7 @@ from convrag.builder_base import BuildReport
 from convrag.errors import DataError
 from convrag.jsonl import iter_jsonl, text_lines, typed_field
 
-CORPUS_REPO = "OkayestProgrammer/MTR-DOCUMENT"  # our assumption: the reference names no corpus repo
+CORPUS_REPO = "OkayestProgrammer/MTR-DOCUMENT"  # named in the authors' README (rangehow/mtr-suite)
 RELEASES: dict[str, dict[str, tuple[str, str]]] = {
     "12turn": {"test": ("OkayestProgrammer/mtr-qwen35-fp8-12turn", "test"),
                "train": ("OkayestProgrammer/mtr-qwen35-fp8-12turn", "train"), "corpus": (CORPUS_REPO, "train")},

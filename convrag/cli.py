@@ -220,7 +220,7 @@ def cmd_evaluate_generation(args: argparse.Namespace) -> int:
               *(v.split("=", 1)[-1] for v in args.prompt or [])]
     with claimed_out(out, inputs, "evaluate-generation"):
         if source.is_dir() and _generation_scheme(source) == "judge":  # RECOR / MTR-Bench: five-dimension judge
-            from convrag.evaluation.recor_generation import run_command
+            from convrag.evaluation.recor_generation_command import run_command
 
             return run_command(args, judges)
         if args.predictions and len(args.predictions) > 1:
@@ -449,6 +449,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lexical", default="rouge-l,meteor,bertscore",
                    help="RECOR / MTR-Bench: lexical metrics vs the reference answer (default rouge-l,meteor,bertscore;"
                         " '' for none). METEOR needs nltk's WordNet data, else it is reported as not available")
+    p.add_argument("--profile", choices=("authors", "convrag"), default="authors",
+                   help="RECOR / MTR-Bench scoring: authors (default; RECOR's code: judge 1-10 / 10 with level "
+                        "anchors and no history, stemmed ROUGE-L, BERTScore roberta-large rescaled where it loads "
+                        "offline) or convrag (earlier readings: 1-5 as (s-1)/4 with history, unstemmed ROUGE-L)")
     p.add_argument("--cache", help="RECOR / MTR-Bench: judge cache folder (default: the LLM layer's)")
     p.add_argument("--concurrency", type=int, default=4, help="RECOR / MTR-Bench: judge calls in flight (default 4)")
     p.add_argument("--max-tokens", type=int, default=300,
@@ -462,7 +466,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "SmolLM2-135M placeholder: it only shows the plumbing works, its figures are "
                                     "not measurements")
     p.add_argument("--bertscore-model", help="BERTScore model path or name (default: all-MiniLM-L6-v2 from its "
-                                             "wheel; official: microsoft/deberta-xlarge-mnli)")
+                                             "wheel; official MTRAG: microsoft/deberta-xlarge-mnli; RECOR under "
+                                             "--profile authors: roberta-large rescaled when it loads offline)")
     p.add_argument("--bertscore-layers", type=int, help="BERTScore layer (needed for models bert_score does not know)")
     p.add_argument("--rescale", action="store_true", help="BERTScore baseline rescaling (official setting)")
     p.add_argument("--mode", default="official", choices=("official", "strict"),
@@ -503,8 +508,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "polish,assemble; recor load,align,aspects,facts,turns,release)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE",
                    help="stage option (repeatable), e.g. chunk_size=1024, quality=heuristic, cluster_size=8, k=100, "
-                        "index=flat|hnsw|ivf, method=greedy|random, turns=12, conversations=1000, answer_words=150, "
-                        "switch_ratio=0.5, layout=splice|paper, test_size=1000; recor: "
+                        "index=flat|hnsw|ivf, method=greedy|random, turns=12, conversations=1000, answer_words=N, "
+                        "switch_ratio=0.5, layout=splice|paper, test_size=1000, profile=authors|convrag; recor: "
                         "input_format=jsonl|bright|mtrag, documents=PATH, negatives=PATH, domain=NAME, limit=N, "
                         "threshold=5.0, max_turns=12; an unknown key lists the valid ones")
     for role, does in (("questioner", "asks the questions"), ("responder", "answers them"),
@@ -534,7 +539,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sample", type=int, help="judge a seeded random sample of N turns per folder")
     p.add_argument("--seed", type=int, default=0, help="seed of the sample and of the candidate shuffles")
     p.add_argument("--split", help="split to audit (default: the benchmark's evaluation split)")
-    p.add_argument("--negatives", type=int, default=7, help="hard negatives beside the gold for completeness (7)")
+    p.add_argument("--negatives", type=int, default=7,
+                   help="completeness: retrieved hard negatives beside the gold for a turn without a candidate pool, "
+                        "and the least a pool is topped up to (7); a pool is shown whole, up to 16 documents")
     p.add_argument("--missed", action="store_true",
                    help="also estimate relevant documents the labels miss (pool, judge 0-3, rescore)")
     p.add_argument("--pool-retrievers", default="bm25,dense", help="retrievers pooled for --missed (bm25,dense)")
@@ -542,6 +549,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=4, help="judge calls in flight at once (4)")
     p.add_argument("--cache", help="judge cache folder (default: the LLM layer's; one sub-folder per judge)")
     p.add_argument("--dry-run", action="store_true", help="print calls, tokens and cost per judge; call nothing")
+    p.add_argument("--profile", choices=("authors", "convrag"), default="authors",
+                   help="the papers' authors' readings (default; RECOR judges: naturalness over the whole "
+                        "conversation, quoted evidence kept, two turns of dependency context, entropy over the labels "
+                        "observed; MTR-Eval Comp.: the turn's whole candidate pool, up to 16 documents) or convrag's "
+                        "earlier ones (8 documents for Comp.), to reproduce older runs")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars (default: shown on a terminal)")
     p.set_defaults(func=cmd_audit)
 

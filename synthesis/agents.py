@@ -7,10 +7,11 @@ Definitions (the pipeline stages batch these calls; nothing here reads or writes
   draw 5 documents the same way but unseeded; ours is seeded by the key (the stage passes
   ``f"{seed}:{conversation_id}:{turn}"``), so a run can be repeated exactly.
 * **Questioner** (user simulator). Sees the drawn documents, numbered, each with its title and its text with
-  ``[digits]`` citation markers removed and cut to ``doc_chars`` characters at a word boundary (``...`` marks a cut);
-  one few-shot example drawn with ``random.Random("example:" + key)`` from the examples in the prompt file; from turn
-  2 on also a numbered list of all earlier questions and the conversation as ``User:`` / ``Assistant:`` lines (each
-  answer cut to ``history_answer_chars``; the authors show full answers). It must ask one natural question that
+  ``[digits]`` citation markers removed, whole as the authors show them (``doc_chars``: cut to that many characters
+  at a word boundary, ``...`` marking the cut); one few-shot example drawn with ``random.Random("example:" + key)``
+  from the examples in the prompt file; from turn 2 on also a numbered list of all earlier questions and the
+  conversation as ``User:`` / ``Assistant:`` lines, answers whole as the authors show them
+  (``history_answer_chars``: cut). It must ask one natural question that
   exactly one document answers, without mentioning the documents; from turn 2 on about a topic, aspect or fact no
   earlier question covered, preferably from a document not used yet. It returns a :class:`Question`: the text, the
   chosen number and its document as the gold. The authors prefill ``**Question:**\\n[`` and parse ``N] question`` with
@@ -20,10 +21,11 @@ Definitions (the pipeline stages batch these calls; nothing here reads or writes
   conversation there). A reply without JSON in the authors' form ``[N] question`` is read as that number and
   question; a reply cut off inside its JSON (closed by the LLM layer's repair) raises :class:`AgentError`, since
   its question may be cut too.
-* **Responder** (RAG simulator). Sees the earlier turns as real chat messages (answers cut to
-  ``history_answer_chars``; the authors keep them whole), then one user message holding only the gold document
-  (title and marker-free full text) and the question. It is asked for a complete, detailed answer of about
-  ``answer_words`` words built from the document, without naming documents or sources. The authors also ask it to
+* **Responder** (RAG simulator). Sees the earlier turns as real chat messages (answers whole, as the authors
+  keep them; ``history_answer_chars``: cut), then one user message holding only the gold document (title and
+  marker-free full text) and the question. It is asked for a complete, detailed answer built from the document,
+  without naming documents or sources; with no length target, as in the authors' prompt and the paper (which
+  measures 87.5 tokens per answer); ``answer_words`` adds "about N words". The authors also ask it to
   reason step by step, which leaks "follow these steps" prose into the answers; we do not. Reasoning up to a
   ``</think>`` tag is dropped. A blank reply, a refusal (:func:`is_refusal`), or the authors' failure marker
   ``[ERROR: generation failed]``, raises :class:`AgentError`: it is never stored as an answer.
@@ -144,10 +146,11 @@ def strip_markers(text: str) -> str:
     return _MARKER.sub("", text)
 
 
-def cut(text: str, limit: int, *, at_word: bool = True) -> str:
-    """``text`` if it has at most ``limit`` characters, else its first ``limit`` characters (backed off to the last
-    whitespace when ``at_word`` and the cut falls inside a word that is not the first) followed by ``...``."""
-    if len(text) <= limit:
+def cut(text: str, limit: int | None, *, at_word: bool = True) -> str:
+    """``text`` if ``limit`` is None or it has at most ``limit`` characters, else its first ``limit`` characters
+    (backed off to the last whitespace when ``at_word`` and the cut falls inside a word that is not the first)
+    followed by ``...``."""
+    if limit is None or len(text) <= limit:
         return text
     head = text[:limit]
     if at_word and not text[limit].isspace():
@@ -229,8 +232,8 @@ def _params(temperature: float, top_p: float, max_tokens: int) -> SamplingParams
 class Questioner:
     """Asks the next user question about one of the drawn documents (module docstring: what it sees)."""
 
-    def __init__(self, llm: LLM, *, doc_chars: int = 800, history_answer_chars: int = 240, max_tokens: int = 256,
-                 temperature: float = 0.8, top_p: float = 0.95) -> None:
+    def __init__(self, llm: LLM, *, doc_chars: int | None = None, history_answer_chars: int | None = None,
+                 max_tokens: int = 256, temperature: float = 0.8, top_p: float = 0.95) -> None:
         self.llm = llm
         self.doc_chars = doc_chars
         self.history_answer_chars = history_answer_chars
@@ -276,8 +279,8 @@ class Questioner:
 class Responder:
     """Answers the question from the gold document alone, as an ideal RAG assistant would."""
 
-    def __init__(self, llm: LLM, *, answer_words: int = 150, max_tokens: int = 512, history_answer_chars: int = 600,
-                 temperature: float = 0.8, top_p: float = 0.95) -> None:
+    def __init__(self, llm: LLM, *, answer_words: int | None = None, max_tokens: int = 512,
+                 history_answer_chars: int | None = None, temperature: float = 0.8, top_p: float = 0.95) -> None:
         self.llm = llm
         self.answer_words = answer_words
         self.history_answer_chars = history_answer_chars

@@ -8,6 +8,10 @@ corpus). Files under ``OUT/cluster/``, each computed once and kept (a rerun afte
 * ``clusters.parquet``: one row per cluster, ``cluster_idx`` and ``doc_ids`` (ordered ``_id`` values);
 * ``dropped.parquet``: documents left out of every cluster, with the reason.
 
+``params.json`` records the sentence-transformers model that embedded the corpus as ``embedding_model``: the
+``model`` option as given, or :data:`DEFAULT_EMBEDDING_MODEL` for the shipped one. Folders of older versions,
+which wrote the key ``model`` (the shipped one as ``"model"``, its folder's name), still read as the same.
+
 ``method="greedy"`` is the greedy traversal (``synthesis.traversal``); ``"random"`` the shuffle-and-cut
 baseline of the authors' ablation.
 """
@@ -43,6 +47,8 @@ from convrag.synthesis.text import ngram_jaccard
 from convrag.synthesis.traversal import greedy_traversal, random_clusters
 
 METHODS = ("greedy", "random")
+#: how params.json names the sentence-transformers model shipped with convrag (the default)
+DEFAULT_EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def save_npy_atomic(path: Path, array: np.ndarray) -> None:
@@ -83,14 +89,20 @@ class Cluster(ReadsCorpus, Stage):
         self.after_curate = False
 
     def params(self) -> dict[str, Any]:
-        from convrag.retrievers.encoders import default_model_path
-
-        model = self.model or Path(default_model_path()).name
-        return {"source": self.source, "corpus_config": self.corpus_config, "model": model,
+        return {"source": self.source, "corpus_config": self.corpus_config,
+                "embedding_model": self.model or DEFAULT_EMBEDDING_MODEL,
                 "max_seq_length": self.max_seq_length, "k": self.k,
                 "index": self.index, "index_options": self.index_options, "cluster_size": self.cluster_size,
                 "method": self.method, "near_duplicate_jaccard": self.near_duplicate_jaccard, "merge": self.merge,
                 "block": self.block}
+
+    def legacy_params(self) -> dict[str, Any]:
+        """params() as versions before ``embedding_model`` wrote them: key ``model``, the shipped model as ``model``."""
+        from convrag.retrievers.encoders import default_model_path
+
+        params = self.params()
+        del params["embedding_model"]
+        return {**params, "model": self.model or Path(default_model_path()).name}
 
     # -- input ---------------------------------------------------------------------------------------------
     def _curated(self, ctx: StageContext) -> Path | None:

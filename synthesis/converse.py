@@ -11,6 +11,19 @@ Batching: conversations are processed in shards of ``shard_size`` (``OUT/convers
 kept busy. Every call goes through the LLM layer's cache in ``OUT/llm-cache``: after a kill, the finished
 shards are kept and the shard in progress is redone from cached replies, repeating no call that had finished.
 
+What the agents see (``profile``; decided against the authors' code and the paper's cost estimate of about
+3,000 input tokens per turn, appendix A.5.4): under ``authors`` (default) the Questioner sees the drawn documents
+and the earlier answers whole and the Responder the earlier answers whole, as the authors' code shows them, and the
+Responder gets no length target (neither paper nor code sets one; the paper measures 87.5 tokens per answer). The
+budget allows it, since it describes these whole-text prompts: with real MTRAG texts at the paper's sizes (chunks
+of ~1,690 characters, answers of ~87 tokens; tests/test_mtr_authors.py) the Questioner's prompt averages ~2,900
+tokens over an 8-turn conversation (2,550 at turn 1, 3,300 at turn 8), where the cuts below give ~1,700. Longer
+conversations, 2,048-character chunks or longer answers go over it: the report has the prompt tokens per role and
+turn (``prompt_tokens_<role>_turn_<t>``) and the mean answer length (``answer_tokens_mean``) to check a run.
+``convrag`` is our earlier reading, which kept every prompt under 3,000 tokens even at turn 12 with 2,048-character
+chunks and long answers: documents cut to 800 characters and earlier answers to 240 for the Questioner, earlier
+answers to 600 for the Responder, answers of about 150 words. An option given by name wins over the profile.
+
 Failure rule: a Questioner reply that stays unparsable after the LLM layer's re-asks, a call that fails after
 its retries, or an unusable answer (blank, the failure marker) stops the conversation at the last good turn.
 It is kept, marked incomplete, when it reached ``min_turns`` (default: all turns, so by default it is
@@ -41,9 +54,20 @@ from convrag.synthesis.fingerprint import ReadsCorpus
 from convrag.synthesis.records import RecordStage, read_records
 
 LAYOUTS = ("splice", "paper")
+#: what each profile shows the agents when the option is not given (None: whole texts, no length target)
+PROFILE_DEFAULTS: dict[str, dict[str, int | None]] = {
+    "authors": {"questioner_doc_chars": None, "questioner_history_chars": None, "answer_words": None,
+                "responder_history_chars": None},
+    "convrag": {"questioner_doc_chars": 800, "questioner_history_chars": 240, "answer_words": 150,
+                "responder_history_chars": 600},
+}
 CACHE_DIR = "llm-cache"
 #: rough characters per token, for dry-run estimates only
 CHARS_PER_TOKEN = 4
+#: dry-run stand-ins when texts are shown whole: the default chunk size (the longest curated chunk) and the
+#: paper's mean answer (87.5 tokens, about 65 words)
+ESTIMATE_DOC_CHARS = 2048
+ESTIMATE_ANSWER_WORDS = 65
 
 
 def role_llm(spec: str | None, ctx: StageContext, concurrency: int) -> LLM:
@@ -107,20 +131,24 @@ class Converse(ReadsCorpus, RecordStage):
 
     def __init__(self, source: str | None = None, *, corpus_config: str | None = None, turns: int = 12,
                  layout: str = "splice", conversations: int | None = None, min_turns: int | None = None,
-                 documents_per_turn: int = 5, questioner_doc_chars: int = 800, questioner_history_chars: int = 240,
-                 answer_words: int = 150, answer_max_tokens: int = 512, responder_history_chars: int = 600,
+                 documents_per_turn: int = 5, questioner_doc_chars: int | None = None,
+                 questioner_history_chars: int | None = None, answer_words: int | None = None,
+                 answer_max_tokens: int = 512, responder_history_chars: int | None = None,
                  questioner: str | None = None, responder: str | None = None, concurrency: int = 8,
-                 shard_size: int = 256) -> None:
+                 shard_size: int = 256, profile: str = "authors") -> None:
         if layout not in LAYOUTS:
             raise ConvragError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
         if turns < 1 or (layout == "paper" and (turns < 2 or turns % 2)):
             raise ConvragError(f"turns must be >= 1 (an even number >= 2 for layout=paper), got {turns}")
+        if profile not in PROFILE_DEFAULTS:
+            raise ConvragError(f"profile must be one of {', '.join(PROFILE_DEFAULTS)}, got {profile!r}")
+        given = {"questioner_doc_chars": questioner_doc_chars, "questioner_history_chars": questioner_history_chars,
+                 "answer_words": answer_words, "responder_history_chars": responder_history_chars}
+        view = {k: PROFILE_DEFAULTS[profile][k] if v is None else v for k, v in given.items()}
+        self.profile = profile
         for name, value in (("documents_per_turn", documents_per_turn), ("concurrency", concurrency),
-                            ("shard_size", shard_size), ("answer_words", answer_words),
-                            ("answer_max_tokens", answer_max_tokens), ("questioner_doc_chars", questioner_doc_chars),
-                            ("questioner_history_chars", questioner_history_chars),
-                            ("responder_history_chars", responder_history_chars)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                            ("shard_size", shard_size), ("answer_max_tokens", answer_max_tokens), *view.items()):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConvragError(f"{name} must be a whole number >= 1, got {value!r}")
         self.source, self.corpus_config = source, corpus_config
         self.turns, self.layout = turns, layout
@@ -132,9 +160,10 @@ class Converse(ReadsCorpus, RecordStage):
             raise ConvragError(f"conversations must be >= 1, got {conversations}")
         self.conversations, self.min_turns = conversations, min_turns or self.generated_turns
         self.documents_per_turn = documents_per_turn
-        self.questioner_options = {"doc_chars": questioner_doc_chars, "history_answer_chars": questioner_history_chars}
-        self.responder_options = {"answer_words": answer_words, "max_tokens": answer_max_tokens,
-                                  "history_answer_chars": responder_history_chars}
+        self.questioner_options = {"doc_chars": view["questioner_doc_chars"],
+                                   "history_answer_chars": view["questioner_history_chars"]}
+        self.responder_options = {"answer_words": view["answer_words"], "max_tokens": answer_max_tokens,
+                                  "history_answer_chars": view["responder_history_chars"]}
         check_spec("questioner", questioner)
         check_spec("responder", responder)
         self.questioner, self.responder, self.concurrency = questioner, responder, concurrency
@@ -189,8 +218,9 @@ class Converse(ReadsCorpus, RecordStage):
             return Estimate(note="conversations known after clustering; --option conversations=N to estimate")
         q = Questioner(None, **self.questioner_options)  # type: ignore[arg-type]
         r = Responder(None, **self.responder_options)  # type: ignore[arg-type]
-        doc = Doc("d", "A document title", "word " * (self.questioner_options["doc_chars"] // 5))
-        answer = "word " * self.responder_options["answer_words"]
+        doc_chars = self.questioner_options["doc_chars"] or ESTIMATE_DOC_CHARS
+        doc = Doc("d", "A document title", "word " * (doc_chars // 5))
+        answer = "word " * (self.responder_options["answer_words"] or ESTIMATE_ANSWER_WORDS)
         question = "What is a typical question about this document, in about eighty characters?"
         q_chars = r_chars = 0
         history: list[Exchange] = []
@@ -214,8 +244,11 @@ class Converse(ReadsCorpus, RecordStage):
         report = super().run(ctx)
         records = list(read_records(ctx.folder))
         stopped = Counter(_reason(r["stop_reason"]) for r in records if not r["complete"])
-        report.figures = {"conversations complete": sum(1 for r in records if r["complete"]),
+        answers = [t["role_tokens"]["responder_completion"] for r in records for t in r["turns"]]
+        report.figures = {"profile": self.profile, "conversations complete": sum(1 for r in records if r["complete"]),
                           **{f"conversations kept, stopped early: {k}": v for k, v in sorted(stopped.items())},
+                          # the paper's MTR-Bench answers average 87.5 tokens (its Table 2)
+                          "answer_tokens_mean": round(sum(answers) / len(answers), 1) if answers else 0.0,
                           **turn_figures(records, ("questioner", "responder"))}
         return report
 

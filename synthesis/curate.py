@@ -33,7 +33,7 @@ from convrag.synthesis.corpus_source import CorpusReader, corpus_files, count_do
 from convrag.synthesis.engine import Estimate, Stage, StageContext, StageReport
 from convrag.synthesis.fingerprint import ReadsCorpus
 from convrag.synthesis.minhash_dedup import MODES, DropListed, GreedyMinhashDedup, MinhashSignature
-from convrag.synthesis.quality import QualityFilter, scorer_from_spec
+from convrag.synthesis.quality import QualityFilter, profile_options, scorer_from_spec
 from convrag.synthesis.shards import ShardReader, ShardWriter, count_rows
 
 EXECUTORS = ("local", "slurm", "ray")
@@ -59,7 +59,8 @@ class Curate(ReadsCorpus, Stage):
                  minhash_threshold: float = 0.5, minhash_ngram: int = 5, minhash_seed: int = 1,
                  minhash_mode: str = "verified", quality: str = "heuristic",
                  quality_options: dict[str, Any] | None = None, tasks: int = 1, workers: int = 1,
-                 executor: str = "local", executor_options: dict[str, Any] | None = None) -> None:
+                 executor: str = "local", executor_options: dict[str, Any] | None = None,
+                 profile: str = "authors") -> None:
         if executor not in EXECUTORS:
             raise ConvragError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
         if tasks < 1 or workers < 1:
@@ -80,7 +81,9 @@ class Curate(ReadsCorpus, Stage):
                          "dangling_tokens": dangling_tokens}
         self.minhash = {"num_perm": minhash_perm, "threshold": minhash_threshold, "ngram": minhash_ngram,
                         "seed": minhash_seed, "mode": minhash_mode}
-        self.quality, self.quality_options = quality, dict(quality_options or {})
+        # the profile's heuristic rule set, written out (synthesis.quality.profile_options), so params.json says it
+        self.quality, self.quality_options = quality, profile_options(quality, quality_options, profile)
+        self.profile = profile
         scorer_from_spec(quality, self.quality_options)  # a bad spec fails before anything runs
         self.tasks, self.workers = tasks, workers
         self.executor, self.executor_options = executor, dict(executor_options or {})
@@ -163,6 +166,7 @@ class Curate(ReadsCorpus, Stage):
                         counts[key] += int(metric["total"] if isinstance(metric, dict) else metric)
         dropped = {k.removeprefix("dropped:"): v for k, v in counts.items() if k.startswith("dropped:")}
         figures = {k: counts[k] for k in ("chunks", "boilerplate_cut", "boilerplate_chars_removed", "boilerplate_all")}
+        figures["profile"] = self.profile
         out = count_rows(ctx.folder / "corpus")
         return StageReport(self.name, records_in=counts["documents"], records_out=out, dropped=dropped,
                            figures=figures)

@@ -17,13 +17,20 @@ candidate of a round, in the reply's order, must pass, else it is rejected with 
    slips (a changed inflection, a dropped comma) but not a paraphrase or invented text;
 4. a name unlike every accepted aspect's (case ignored; ``duplicate name``: no call spent);
 5. no overlap with the accepted aspects, as the overlap judge says (skipped while none is accepted; ``overlap``);
-6. category "substantive" by the suitability judge (``meta`` / ``insufficient`` otherwise).
+6. category "substantive" by the suitability judge (``meta`` / ``insufficient`` otherwise);
+7. ``profile`` ``authors`` (default; the authors' ``check_aspect_document_alignment``): the coverage judge rates
+   how much of the aspect the item's documents (each cut to ``doc_chars``) support, and whether its name uses
+   only entities the documents mention. A name judged ungrounded is replaced by the judge's suggested name (the
+   old one kept as ``name_original``; counted ``aspects: aspect renamed: name not grounded in the documents``);
+   then a coverage under ``min_aspect_coverage`` (0.50, the authors' ``document_coverage_min``) rejects it
+   (``low document coverage``). The coverage is kept as ``document_coverage`` (Table 13's "Cov."). Profile
+   ``convrag`` (our earlier reading) has no such check.
 
 A judge reply that stays unparsable after the re-asks rejects that candidate (``overlap check unparsable`` /
-``suitability check unparsable``); an unparsable extraction reply ends the rounds (counted as ``aspects: round
-rejected: reply unparsable after re-asks``); one cut off at max_tokens loses its last aspect, which the cut may
-have reached. Rounds stop when a round accepts nothing, after ``max_rounds``, or once ``max_aspects`` are accepted
-(later candidates: ``max_aspects reached``).
+``suitability check unparsable`` / ``coverage check unparsable``); an unparsable extraction reply ends the rounds
+(counted as ``aspects: round rejected: reply unparsable after re-asks``); one cut off at max_tokens loses its last
+aspect, which the cut may have reached. Rounds stop when a round accepts nothing, after ``max_rounds``, or once
+``max_aspects`` are accepted (later candidates: ``max_aspects reached``).
 
 Items with fewer than ``min_aspects`` accepted aspects are dropped (``aspects: fewer than min_aspects aspects``;
 default 3, the shortest conversation RECOR keeps). Otherwise the aspects are put in conversation order by the
@@ -31,8 +38,9 @@ ordering judge: ``ordered_indices`` must list every aspect number exactly once, 
 re-asked; when no usable order comes, the extraction order is kept and ``aspects: ordering unusable, extraction
 order kept`` is counted.
 
-Adds ``aspects`` [{name, type, excerpt}] in conversation order and ``aspect_log`` [{name, type, round, fate}]: every
-candidate with ``accepted`` or ``rejected: <why>``. Figures: ``aspects: aspect accepted`` and each rejection.
+Adds ``aspects`` [{name, type, excerpt[, document_coverage, name_original]}] in conversation order and
+``aspect_log`` [{name, type, round, fate[, renamed_to]}]: every candidate with ``accepted`` or ``rejected: <why>``.
+Figures: ``aspects: aspect accepted``, each rejection and each renaming.
 """
 
 from __future__ import annotations
@@ -46,7 +54,16 @@ from pydantic import BaseModel, Field, field_validator
 from convrag.errors import ConvragError
 from convrag.llm import LLM, UnparsableReply
 from convrag.synthesis.dv_align import fraction, whole_number
-from convrag.synthesis.dv_common import Drop, DVStage, Outcome, Tokens, ask, sampling
+from convrag.synthesis.dv_common import (
+    Drop,
+    DVStage,
+    Outcome,
+    Tokens,
+    ask,
+    check_profile,
+    documents_field,
+    sampling,
+)
 
 #: the paper's ten aspect types
 ASPECT_TYPES = ("detail", "step", "implication", "distinction", "definition", "mechanism", "example", "comparison",
@@ -55,7 +72,7 @@ ASPECT_TYPES = ("detail", "step", "implication", "distinction", "definition", "m
 EXCERPT_SHARE = 0.8
 DEFAULT_STRATEGY = ("Open with what the topic is and the basic idea behind it, go on to how it works and why, then "
                     "to concrete examples, and close with consequences and wider implications.")
-EXTRACT_TOKENS, JUDGE_TOKENS, ORDER_TOKENS = 900, 250, 300
+EXTRACT_TOKENS, JUDGE_TOKENS, ORDER_TOKENS, COVERAGE_TOKENS = 900, 250, 300, 600
 #: the most aspects one extraction reply may hold (the prompt asks for ``num_aspects``)
 MAX_CANDIDATES = 8
 _WORD = re.compile(r"[^\W_]+")
@@ -99,6 +116,20 @@ class SuitabilityReply(BaseModel):
     def _category_case(cls, value: Any) -> Any:
         """Case and surrounding spaces of the category are ignored (``" Substantive"`` is ``substantive``)."""
         return value.strip().lower() if isinstance(value, str) else value
+
+
+class CoverageReply(BaseModel):
+    """The coverage judge's structured reply (the authors' aspect-document alignment): the coverage decides,
+    ``name_grounded`` false with a suggested name renames the aspect."""
+
+    coverage_score: float = Field(ge=0, le=1, description="0.0 to 1.0")
+    facts_found: list[str] = Field(default_factory=list, max_length=20)
+    facts_missing: list[str] = Field(default_factory=list, max_length=20)
+    supporting_doc_ids: list[str] = Field(default_factory=list, max_length=20)
+    missing_information: str = Field(default="", max_length=600)
+    name_grounded: bool = True
+    name_issues: str = Field(default="", max_length=400)
+    suggested_name: str = Field(default="", max_length=120)
 
 
 class OrderReply(BaseModel):
@@ -160,7 +191,8 @@ class Aspects(DVStage):
     """Iterated aspect extraction with overlap and suitability checks, then ordering (see the module docstring).
 
     Options: ``num_aspects`` (asked per round, 3), ``max_rounds`` (3), ``max_aspects`` (12), ``min_aspects`` (3),
-    ``conversation_strategy`` (a short text the ordering prompt follows).
+    ``conversation_strategy`` (a short text the ordering prompt follows), ``profile`` (``authors``: the coverage
+    check, ``min_aspect_coverage`` 0.5, documents cut to ``doc_chars``).
     """
 
     name = "aspects"
@@ -168,6 +200,7 @@ class Aspects(DVStage):
 
     def __init__(self, *, num_aspects: int = 3, max_rounds: int = 3, max_aspects: int = 12, min_aspects: int = 3,
                  conversation_strategy: str = DEFAULT_STRATEGY, excerpt_share: float = EXCERPT_SHARE,
+                 profile: str = "authors", min_aspect_coverage: float = 0.5, doc_chars: int = 2000,
                  max_tokens: int | None = None,
                  llm: str | None = None, concurrency: int = 8,
                  shard_size: int = 32) -> None:
@@ -182,21 +215,26 @@ class Aspects(DVStage):
             raise ConvragError(f"conversation_strategy must be a non-empty text, got {conversation_strategy!r}")
         self.conversation_strategy = " ".join(conversation_strategy.split())
         self.excerpt_share = fraction("excerpt_share", excerpt_share)
+        self.profile = check_profile(profile)
+        self.min_aspect_coverage = fraction("min_aspect_coverage", min_aspect_coverage)
+        self.doc_chars = whole_number("doc_chars", doc_chars, 50)
         self.set_cap(max_tokens)
 
     def params_extra(self) -> dict[str, Any]:
         return {"num_aspects": self.num_aspects, "max_rounds": self.max_rounds, "max_aspects": self.max_aspects,
                 "min_aspects": self.min_aspects, "conversation_strategy": self.conversation_strategy,
-                "excerpt_share": self.excerpt_share, "max_tokens": self.max_tokens}
+                "excerpt_share": self.excerpt_share, "max_tokens": self.max_tokens, "profile": self.profile,
+                **({"min_aspect_coverage": self.min_aspect_coverage, "doc_chars": self.doc_chars}
+                   if self.profile == "authors" else {})}
 
     def item_cost(self) -> tuple[int, int, int]:
-        per_round = 1 + 2 * self.num_aspects
+        per_round = 1 + (3 if self.profile == "authors" else 2) * self.num_aspects
         calls = min(self.max_rounds, 2) * per_round + 1
         return calls, calls * 2500, calls * 250
 
     # -- one candidate ----------------------------------------------------------------------------------------
-    def _verdict(self, cand: AspectCandidate, accepted: list[dict[str, Any]], answer: str, llm: LLM,
-                 tokens: Tokens) -> tuple[str, dict[str, Any] | None]:
+    def _verdict(self, cand: AspectCandidate, accepted: list[dict[str, Any]], answer: str,
+                 shown: list[dict[str, str]], llm: LLM, tokens: Tokens) -> tuple[str, dict[str, Any] | None]:
         """``("accepted", aspect)`` or ``("rejected: <why>", None)`` for one candidate."""
         fate, aspect = screen(cand, accepted, answer, self.excerpt_share)
         if aspect is None:
@@ -217,6 +255,25 @@ class Aspects(DVStage):
         category = suitable.aspect_category.strip().lower()
         if category != "substantive":
             return f"rejected: {category}", None
+        if self.profile == "authors":
+            return self._coverage(aspect, shown, llm, tokens)
+        return "accepted", aspect
+
+    def _coverage(self, aspect: dict[str, Any], shown: list[dict[str, str]], llm: LLM,
+                  tokens: Tokens) -> tuple[str, dict[str, Any] | None]:
+        """Rule 7: rename an ungrounded name, then reject a coverage under ``min_aspect_coverage``."""
+        try:
+            judged = ask(llm, "dv_aspect_coverage", {"name": aspect["name"], "excerpt": aspect["excerpt"],
+                                                     "documents": shown}, CoverageReply,
+                         sampling(0.0, self.cap(COVERAGE_TOKENS)), tokens)
+        except UnparsableReply:
+            return "rejected: coverage check unparsable", None
+        aspect = {**aspect, "document_coverage": judged.coverage_score}
+        suggested = " ".join(judged.suggested_name.split())
+        if not judged.name_grounded and suggested and suggested.casefold() != aspect["name"].casefold():
+            aspect = {**aspect, "name": suggested, "name_original": aspect["name"]}
+        if judged.coverage_score < self.min_aspect_coverage:
+            return "rejected: low document coverage", None
         return "accepted", aspect
 
     # -- one item ---------------------------------------------------------------------------------------------
@@ -225,6 +282,7 @@ class Aspects(DVStage):
         """The accepted aspects in extraction order and the log of every candidate."""
         accepted: list[dict[str, Any]] = []
         log: list[dict[str, Any]] = []
+        shown = documents_field(item["documents"], self.doc_chars) if self.profile == "authors" else []
         for round_no in range(1, self.max_rounds + 1):
             if len(accepted) >= self.max_aspects:
                 break
@@ -242,15 +300,19 @@ class Aspects(DVStage):
                 if len(accepted) >= self.max_aspects:
                     fate, aspect = "rejected: max_aspects reached", None
                 else:
-                    fate, aspect = self._verdict(cand, accepted, item["answer"], llm, tokens)
+                    fate, aspect = self._verdict(cand, accepted, item["answer"], shown, llm, tokens)
+                entry = {"name": " ".join(cand.aspect_name.split()), "type": cand.aspect_type.strip().lower(),
+                         "round": round_no, "fate": fate}
                 if aspect is not None:
                     accepted.append(aspect)
                     added += 1
                     counts["aspects: aspect accepted"] += 1
+                    if "name_original" in aspect:
+                        counts["aspects: aspect renamed: name not grounded in the documents"] += 1
+                        entry["renamed_to"] = aspect["name"]
                 else:
                     counts[f"aspects: aspect {fate}"] += 1
-                log.append({"name": " ".join(cand.aspect_name.split()), "type": cand.aspect_type.strip().lower(),
-                            "round": round_no, "fate": fate})
+                log.append(entry)
             if not added:
                 break
         return accepted, log

@@ -7,11 +7,13 @@ The item record flows through the stages; each stage copies it and adds its own 
     load     id, query, answer, reasoning, domain, documents [{doc_id, text}], negatives [{doc_id, text}],
              origin (the input file and line, for messages)
     align    + alignment {key_claims, supported_claims, unsupported_claims, coverage, sufficient}
-    aspects  + aspects [{name, type, excerpt}] in conversation order, aspect_log (every candidate and its fate)
+    aspects  + aspects [{name, type, excerpt[, document_coverage, name_original]}] in conversation order,
+             aspect_log (every candidate and its fate)
     facts    + aspects[i].facts [{fact, supported, doc_id, reason}] (only aspects with a verified fact remain),
              fact_log (per aspect: extracted, verified, kept)
-    turns    + turns [{turn, aspect, sub_question, query, answer, gold_doc_ids, doc_scores, subquestion_reasoning,
-             subquestion_reasoning_metadata {target_information, relevance_signals, irrelevance_signals}}]
+    turns    + turns [{turn, aspect, sub_question, query, answer, facts, gold_doc_ids, doc_scores, gold_selection
+             {rule, cut, best_score, fallback}, subquestion_reasoning, subquestion_reasoning_metadata
+             {target_information, relevance_signals, irrelevance_signals}[, answerability, fact_overlap]}]
     release  RECOR release files (benchmark / corpus JSONL) under OUT/release
 
 A stage drops an item by returning no record for it and counting one reason (``"<stage>: <why>"``); finer
@@ -67,6 +69,19 @@ class Drop(Exception):  # noqa: N818 - a control-flow signal, not an error
         super().__init__(reason)
         self.reason = reason
         self.counts = counts or Counter()
+
+
+#: the readings a D&V run follows: ``authors`` (RECOR-Benchmark/RECOR's ``pipeline/generate_bright.py`` wherever
+#: the paper leaves a rule open; the default) or ``convrag`` (the readings convrag used before, kept so that earlier
+#: runs can be reproduced)
+PROFILES = ("authors", "convrag")
+
+
+def check_profile(value: Any) -> str:
+    """``value`` if it names a profile of :data:`PROFILES`, else a :class:`ConvragError` listing them."""
+    if value not in PROFILES:
+        raise ConvragError(f"profile must be one of {', '.join(PROFILES)}, got {value!r}")
+    return str(value)
 
 
 def ask(llm: LLM, prompt: str, fields: dict[str, Any], schema: type[M], params: SamplingParams, tokens: Tokens,

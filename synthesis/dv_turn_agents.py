@@ -6,8 +6,7 @@ Definitions:
 * **Document score** (:func:`document_score`; RECOR appendix C.4): ``0.5 * support + 0.3 * completeness +
   0.15 * clarity - 0.05 * misleading``, each criterion a whole number 0..10, computed in integer hundredths so
   that it is exact to two decimals (8, 7, 7, 0 -> 7.15). A ``final_score`` in the model's reply is ignored.
-* **Selection** (:func:`select`): the documents whose score is ``>= threshold``, by score descending, ties in
-  document order.
+* **Selection** of the gold documents: :func:`convrag.synthesis.dv_turn_checks.select_gold` (per profile).
 * **Opener** (:func:`opener`): the first two words of a query, lower-cased, punctuation around them removed.
 * **Words** of a query: whitespace-separated tokens. **Sentences** of an answer (:func:`sentences`): pieces
   ending in ``.``, ``!`` or ``?`` followed by whitespace or the end (a trailing piece without one counts too).
@@ -153,17 +152,20 @@ class ReasoningReply(Reply):
     irrelevance_signals: list[Phrase] = Field(min_length=1, max_length=3, description="1 to 3 short phrases")
 
 
+class GuidanceReply(Reply):
+    """The retrieval guidance of one sub-question, written before its documents are scored (authors'
+    ``generate_subquestion_reasoning``): it never sees a document."""
+
+    retrieval_guidance: str = Field(max_length=500)
+    target_information: str = Field(max_length=200)
+    relevance_signals: list[Phrase] = Field(min_length=2, max_length=4, description="2 or 3 short phrases")
+    irrelevance_signals: list[Phrase] = Field(min_length=1, max_length=3, description="2 or 3 short phrases")
+
+
 def document_score(support: int, completeness: int, clarity: int, misleading: int) -> float:
     """``0.5 * support + 0.3 * completeness + 0.15 * clarity - 0.05 * misleading`` (RECOR appendix C.4), summed
     in integer hundredths so the result is the two-decimal value exactly (7.15, not 7.1499...)."""
     return (50 * support + 30 * completeness + 15 * clarity - 5 * misleading) / 100
-
-
-def select(scores: Sequence[dict[str, Any]], threshold: float) -> list[str]:
-    """The ids of ``scores`` rows (in document order) with ``score >= threshold``, by score descending, ties in
-    document order."""
-    kept = [(i, row) for i, row in enumerate(scores) if row["score"] >= threshold]
-    return [row["doc_id"] for _, row in sorted(kept, key=lambda p: (-p[1]["score"], p[0]))]
 
 
 def squash(text: str) -> str:
@@ -275,19 +277,36 @@ def reasoning_check(checker: Checker, *, max_signal_words: int = 8) -> Any:
     empty or long (more than ``max_signal_words`` words) phrases."""
 
     def check(reply: ReasoningReply) -> str | None:
-        n = len(sentences(squash(reply.reasoning)))
-        if n != 1:
-            return checker.fail("not one sentence", f"reasoning has {n} sentences; write exactly one sentence")
-        if not squash(reply.target_information):
-            return checker.fail("without target information", "target_information is empty")
-        for name, signals, low, high in (("relevance_signals", reply.relevance_signals, 2, 4),
-                                         ("irrelevance_signals", reply.irrelevance_signals, 1, 3)):
-            if not low <= len(signals) <= high:
-                return checker.fail("with bad signals", f"{name} has {len(signals)} phrases; give {low} to {high}")
-            bad = [s for s in signals if not squash(s) or len(s.split()) > max_signal_words]
-            if bad:
-                return checker.fail("with bad signals", f"{name} must be short phrases of 1 to {max_signal_words} "
-                                    f"words; got {bad[0]!r}")
-        return None
+        return _annotation_problem(checker, "reasoning", reply.reasoning, 1, reply, max_signal_words)
 
     return check
+
+
+def guidance_check(checker: Checker, *, max_signal_words: int = 8) -> Any:
+    """:func:`reasoning_check` for the retrieval guidance written before scoring: 1 or 2 sentences."""
+
+    def check(reply: GuidanceReply) -> str | None:
+        return _annotation_problem(checker, "retrieval_guidance", reply.retrieval_guidance, 2, reply,
+                                   max_signal_words)
+
+    return check
+
+
+def _annotation_problem(checker: Checker, field: str, text: str, max_sentences: int,
+                        reply: ReasoningReply | GuidanceReply, max_signal_words: int) -> str | None:
+    n = len(sentences(squash(text)))
+    if not 1 <= n <= max_sentences:
+        if max_sentences == 1:
+            return checker.fail("not one sentence", f"{field} has {n} sentences; write exactly one sentence")
+        return checker.fail("not 1-2 sentences", f"{field} has {n} sentences; write one or two sentences")
+    if not squash(reply.target_information):
+        return checker.fail("without target information", "target_information is empty")
+    for name, signals, low, high in (("relevance_signals", reply.relevance_signals, 2, 4),
+                                     ("irrelevance_signals", reply.irrelevance_signals, 1, 3)):
+        if not low <= len(signals) <= high:
+            return checker.fail("with bad signals", f"{name} has {len(signals)} phrases; give {low} to {high}")
+        bad = [s for s in signals if not squash(s) or len(s.split()) > max_signal_words]
+        if bad:
+            return checker.fail("with bad signals", f"{name} must be short phrases of 1 to {max_signal_words} "
+                                f"words; got {bad[0]!r}")
+    return None

@@ -175,6 +175,12 @@ class Stage(ABC):
         """The files outside OUT the stage reads (corpus, items, option files); their hashes enter its fingerprint."""
         return []
 
+    def legacy_params(self) -> dict[str, Any] | None:
+        """``params()`` as the previous version wrote them, for a stage that changed only how it records them (a
+        key renamed, a value spelled otherwise): a folder made by that version, its params.json and its input
+        fingerprint, still counts as made with these parameters. None (here) when nothing changed."""
+        return None
+
     def input_listing(self) -> dict[str, Any] | None:
         """How ``input_files`` were listed (recorded, so that a later run lists them again and sees a file added or
         removed); None when they are named one by one."""
@@ -231,8 +237,9 @@ class Pipeline:
     #: every stage name of the pipeline in order (the run may use some), to find each stage's upstream folder
     order: Sequence[str] = ()
 
-    def _stage_params(self, stage: Stage) -> dict[str, Any]:
-        return {"stage": stage.name, "seed": self.seed, "params": stage.params()}
+    def _stage_params(self, stage: Stage, legacy: bool = False) -> dict[str, Any]:
+        """params.json of ``stage``; ``legacy``: as the previous version wrote it (``Stage.legacy_params``)."""
+        return {"stage": stage.name, "seed": self.seed, "params": stage.legacy_params() if legacy else stage.params()}
 
     def estimate(self, out: str | os.PathLike, progress: bool = False) -> list[tuple[str, Estimate]]:
         """Every stage's estimate (a dry run): nothing is written, no LLM is called."""
@@ -251,8 +258,11 @@ class Pipeline:
             except (ValueError, UnicodeDecodeError) as err:
                 raise ConvragError(f"{params_file}: unreadable ({err}); give --redo {stage.name}") from None
             new = json.loads(json.dumps(self._stage_params(stage)))
-            if old != new:
+            legacy = json.loads(json.dumps(self._stage_params(stage, legacy=True)))
+            if old != new and (legacy["params"] is None or old != legacy):
                 flat_old = {"seed": old.get("seed"), **(old.get("params") or {})}
+                if legacy["params"] is not None and set(old.get("params") or {}) == set(legacy["params"]):
+                    new = legacy  # a folder of the previous version: name the differences in its own keys
                 flat_new = {"seed": new["seed"], **new["params"]}
                 raise ConvragError(f"{out / stage.name}: made with other parameters ({_diff(flat_old, flat_new)}); "
                                    f"rerun with the same ones, use another --out, or give --redo {stage.name}")
@@ -293,6 +303,10 @@ class Pipeline:
                 record = inputs.record(stage.name, json.loads(json.dumps(self._stage_params(stage))),
                                        stage.input_files(), stage.input_listing())
                 why = inputs.changed(stage.name, record)
+                if why is not None and stage.legacy_params() is not None and inputs.changed(stage.name, inputs.record(
+                        stage.name, json.loads(json.dumps(self._stage_params(stage, legacy=True))),
+                        stage.input_files(), stage.input_listing())) is None:
+                    why = None  # fingerprinted by the previous version, which recorded the same parameters otherwise
                 if why is not None:
                     after = len(names) - i - 1
                     rest = {0: "", 1: " and the stage after it"}.get(after, f" and the {after} stages after it")

@@ -8,7 +8,9 @@ Stages (one module each): ``load`` (synthesis.dv_inputs: JSONL / BRIGHT / MTRAG 
 ordering) -> ``facts`` (atomic facts verified against the documents; aspects without a verified fact
 dropped) -> ``turns`` (sub-questions, document scoring and selection, user queries, grounded answers, turn
 diversity, retrieval reasoning; conversation-level checks) -> ``release`` (synthesis.dv_release). Options are
-the stages' constructor keywords, given once by name (``llm``, ``concurrency`` go to every LLM stage).
+the stages' constructor keywords, given once by name (``llm``, ``concurrency`` go to every LLM stage; ``profile``,
+``authors`` by default or ``convrag``, to ``aspects`` and ``turns``: the authors' readings of what the paper leaves
+open, or convrag's earlier ones; each stage records it in its params.json).
 """
 
 from __future__ import annotations

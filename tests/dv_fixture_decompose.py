@@ -5,7 +5,8 @@ JSON, some in code fences).
 What the script makes happen (defaults of the stages):
 
 * align: 5 key claims, 4 supported (the disposable-soma claim is not), coverage 0.8, sufficient -> kept.
-* aspects, round 1: post-reproductive selection, mutation accumulation, late-onset disease example (its type
+* aspects (every candidate passing suitability is then covered by the documents as Table 13 says, names
+  grounded), round 1: post-reproductive selection, mutation accumulation, late-onset disease example (its type
   written "Example") -> 3 accepted. Round 2: "Weak selection after reproduction" (overlap with post-reproductive
   selection -> rejected), extrinsic mortality, antagonistic pleiotropy, disposable soma theory -> 3 accepted.
   Round 3: "Textbook status of Huntington's" (no overlap, judged "meta" -> rejected) -> nothing added, rounds end.
@@ -22,7 +23,7 @@ How to use it:
 * ``reply_for(messages)`` is the same lookup returning None for prompts it does not know, to chain with another
   responder (e.g. the turns stage's): ``lambda m: reply_for(m) or turns_reply(m)``.
 * ``ordered_replies()`` lists the same replies in the order one item's calls are made (concurrency 1), for
-  ``FakeBackend(script=...)``: 1 align call, 18 aspects calls, 6 facts calls.
+  ``FakeBackend(script=...)``: 1 align call, 24 aspects calls, 6 facts calls.
 * ``judge_responder``, ``extraction``, ``SENTENCES`` and ``GOOD`` build small aspects-stage scripts for tests of
   single rules.
 """
@@ -126,6 +127,28 @@ SUITABILITY = {
            'its own.", "aspect_category": "meta"}'),
 }
 
+
+def _coverage(score: float, found: list[str], missing: list[str], docs: list[str], fenced: bool = False) -> str:
+    body = json.dumps({"coverage_score": score, "facts_found": found, "facts_missing": missing,
+                       "supporting_doc_ids": docs, "missing_information": "; ".join(missing) or "nothing essential",
+                       "name_grounded": True, "name_issues": "", "suggested_name": ""}, indent=2)
+    return f"```json\n{body}\n```" if fenced else body
+
+
+#: the coverage judge (profile authors) with Table 13's "Cov." figures; every name is grounded
+COVERAGE = {
+    PR: _coverage(0.85, ["selection acts before and during reproduction", "late effects are weakly selected"], [],
+                  ["doc_0"]),
+    MA: _coverage(0.9, ["late-acting harmful alleles accumulate"], [], ["doc_1"], fenced=True),
+    LO: _coverage(0.8, ["Huntington's onset at 30 to 50", "carriers often have children first"],
+                  ["that it is the textbook case"], ["doc_2"]),
+    EM: "Coverage check done.\n" + _coverage(0.8, ["high extrinsic mortality favours early reproduction"], [],
+                                               ["doc_1"]),
+    AP: _coverage(0.85, ["alleles with early benefit and late cost", "Williams 1957"], [], ["doc_0"]),
+    DS: _coverage(0.75, ["trade-offs of life history are discussed"],
+                  ["resources split between reproduction and repair"], ["doc_0", "doc_1"]),
+}
+
 ORDER = ('{"ordered_indices": [0, 1, 2, 4, 5, 3], "reasoning": "Selection principle first, then its consequences '
          'and an example, then the other theories, ending with the environmental implication."}')
 
@@ -179,6 +202,8 @@ def reply_for(messages: list[dict[str, str]]) -> str | None:
         return SUITABILITY.get(match.group(1))
     if "Put these aspects in a good order" in text:
         return ORDER
+    if match := re.search(r"^Aspect name: (.+)\nAspect content:", text, re.M):
+        return COVERAGE.get(match.group(1))
     if "atomic statements" in text and (match := re.search(r"^Aspect: (.+)\nExcerpt:", text, re.M)):
         return FACTS.get(match.group(1))
     return None
@@ -196,9 +221,10 @@ def replies() -> Callable[[list[dict[str, str]]], str]:
 
 def ordered_replies() -> list[Any]:
     """The replies in call order for one item at concurrency 1 (align, aspects, facts)."""
-    aspects = [EXTRACTION[0], SUITABILITY[PR], OVERLAP[MA], SUITABILITY[MA], OVERLAP[LO], SUITABILITY[LO],
-               EXTRACTION[1], OVERLAP[OVERLAPPING], OVERLAP[EM], SUITABILITY[EM], OVERLAP[AP], SUITABILITY[AP],
-               OVERLAP[DS], SUITABILITY[DS], EXTRACTION[2], OVERLAP[META], SUITABILITY[META], ORDER]
+    aspects = [EXTRACTION[0], SUITABILITY[PR], COVERAGE[PR], OVERLAP[MA], SUITABILITY[MA], COVERAGE[MA],
+               OVERLAP[LO], SUITABILITY[LO], COVERAGE[LO], EXTRACTION[1], OVERLAP[OVERLAPPING], OVERLAP[EM],
+               SUITABILITY[EM], COVERAGE[EM], OVERLAP[AP], SUITABILITY[AP], COVERAGE[AP], OVERLAP[DS],
+               SUITABILITY[DS], COVERAGE[DS], EXTRACTION[2], OVERLAP[META], SUITABILITY[META], ORDER]
     facts = [FACTS[name] for name in (PR, MA, LO, AP, DS, EM)]
     return [ALIGNMENT, *aspects, *facts]
 
@@ -206,8 +232,10 @@ def ordered_replies() -> list[Any]:
 # -- helpers for tests of single rules ------------------------------------------------------------------------
 
 def judge_responder(extraction: list[str], order: list[str] | None = None,
-                    suitability: Callable[[str], str] | None = None) -> Callable[[list[dict[str, str]]], str]:
-    """Replies for the aspects stage: extraction rounds in turn, no overlap, substantive, then ``order``."""
+                    suitability: Callable[[str], str] | None = None,
+                    coverage: Callable[[str], str] | None = None) -> Callable[[list[dict[str, str]]], str]:
+    """Replies for the aspects stage: extraction rounds in turn, no overlap, substantive, covered by the documents
+    (``coverage``: the coverage reply for a prompt text), then ``order``."""
     rounds, orders = list(extraction), list(order or [])
 
     def respond(messages: list[dict[str, str]]) -> str:
@@ -222,6 +250,10 @@ def judge_responder(extraction: list[str], order: list[str] | None = None,
             return '{"should_generate": true, "reason": "facts", "aspect_category": "substantive"}'
         if "good order" in text:
             return orders.pop(0)
+        if "Aspect content:" in text:
+            if coverage is not None:
+                return coverage(text)
+            return '{"coverage_score": 0.9, "name_grounded": true, "suggested_name": ""}'
         raise AssertionError(text[:200])
     return respond
 

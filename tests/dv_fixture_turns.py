@@ -17,8 +17,13 @@ How to use (also from an end-to-end test over every stage):
   ``fallback`` answers every other prompt (chain the other stages' responders for an end-to-end run:
   ``appendix_c_responder(fallback=other_stages_responder)``).
 * ``standard_reply(kind, aspect)`` is the scripted reply itself (to build a variant or a re-ask sequence).
-* The outcome: five turns with gold documents :data:`EXPECTED_GOLD`; turn 4's ratings are the paper's Table 15
+* The outcome: five turns with gold documents :data:`EXPECTED_GOLD` under either profile (``authors``' cut
+  ``max(4.0, 0.6 x best)`` and ``convrag``'s 5.0 select the same here); turn 4's ratings are the paper's Table 15
   (8,7,7,0 / 6,5,6,0 / 4,3,5,0, scores 7.15 / 5.40 / 3.65) under a wrong ``final_score`` in the reply.
+* Profile ``authors`` adds three kinds: ``answerability`` (:data:`ANSWERABILITY`, all >= 0.40), ``fact_overlap``
+  (:data:`FACT_OVERLAP`, all <= 0.80) and ``guidance`` (the retrieval guidance written before scoring, the texts of
+  :data:`REASONING`); the answers pass the lexical distinctness rules, and the diversity judge is asked on turn 3
+  only (its word similarity to turn 2 is 0.29 > 0.25).
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ from typing import Any
 
 from tests.dv_fixture import DOCUMENTS, appendix_c_item
 
-KINDS = ("subquestion", "scores", "query_first", "query_followup", "answer", "diversity", "reasoning")
+KINDS = ("subquestion", "scores", "query_first", "query_followup", "answer", "diversity", "reasoning",
+         "answerability", "fact_overlap", "guidance")
 DOC_IDS = [d["doc_id"] for d in DOCUMENTS]  # Aging_theory_12.txt, Evolution_38.txt, Genetics_91.txt
 
 
@@ -38,30 +44,30 @@ def _fact(text: str, doc_id: str, reason: str) -> dict[str, Any]:
 
 
 ASPECTS: list[dict[str, Any]] = [
-    {"name": "Post-reproductive selection", "type": "mechanism",
+    {"name": "Post-reproductive selection", "type": "mechanism", "document_coverage": 0.85,
      "excerpt": "Natural selection mostly acts on traits that matter before and during the reproductive years",
      "facts": [
          _fact("Natural selection acts mainly on traits that matter before and during reproduction.",
                "Aging_theory_12.txt", "The document says selection filters genes acting before reproduction."),
          _fact("Mutations whose effects show only after reproduction are under weak selection.",
                "Aging_theory_12.txt", "Late-acting genes are said to be barely seen by selection.")]},
-    {"name": "Mutation accumulation", "type": "mechanism",
+    {"name": "Mutation accumulation", "type": "mechanism", "document_coverage": 0.9,
      "excerpt": "harmful alleles that act late in life therefore pile up in a population",
      "facts": [_fact("Harmful alleles that act late in life accumulate over generations.", "Evolution_38.txt",
                      "Medawar's argument is stated almost word for word.")]},
-    {"name": "Late-onset disease example", "type": "example",
+    {"name": "Late-onset disease example", "type": "example", "document_coverage": 0.8,
      "excerpt": "Huntington's disease is the textbook case: symptoms usually begin between the ages of 30 and 50",
      "facts": [
          _fact("Huntington's disease symptoms usually begin between the ages of 30 and 50.", "Genetics_91.txt",
                "The age range is given explicitly."),
          _fact("Carriers of the Huntington's allele often have children before they fall ill.", "Genetics_91.txt",
                "The document notes that many carriers have had children by then.")]},
-    {"name": "Antagonistic pleiotropy", "type": "mechanism",
+    {"name": "Antagonistic pleiotropy", "type": "mechanism", "document_coverage": 0.85,
      "excerpt": "Some alleles even help early in life and harm later, which George Williams called antagonistic "
                 "pleiotropy in 1957",
      "facts": [_fact("Some alleles bring a benefit early in life and a cost late in life.", "Aging_theory_12.txt",
                      "Williams' proposal is described with the same early benefit and late cost.")]},
-    {"name": "Extrinsic mortality", "type": "implication",
+    {"name": "Extrinsic mortality", "type": "implication", "document_coverage": 0.8,
      "excerpt": "where the environment kills many individuals early, few would live long enough to profit from "
                 "slow ageing",
      "facts": [_fact("High extrinsic mortality favours earlier reproduction.", "Evolution_38.txt",
@@ -180,15 +186,43 @@ def _reasoning_reply(i: int) -> str:
     return f"Annotation for this turn:\n{body}" if i == 4 else body
 
 
+#: per aspect: the answerability judge's coverage of its sub-question, and the fact-overlap judge's similarity of its
+#: facts to the earlier turns' (profile authors; aspect 1 has no earlier turn)
+ANSWERABILITY = [0.9, 0.85, 0.95, 0.8, 0.75]
+FACT_OVERLAP = [0.0, 0.45, 0.3, 0.55, 0.2]
+
+
+def _answerability_reply(i: int) -> str:
+    body = json.dumps({"can_answer": True, "coverage_score": ANSWERABILITY[i],
+                       "reason": "The documents state the specific points the question asks about.",
+                       "specific_gaps": [] if i % 2 else ["no figures beyond those given"]})
+    return f"Assessment:\n```json\n{body}\n```" if i == 2 else body
+
+
+def _fact_overlap_reply(i: int) -> str:
+    body = json.dumps({"similarity": FACT_OVERLAP[i],
+                       "reason": "Same field of ageing theory, but the specific claims differ."})
+    return f"{body}\nThe new facts concern a different mechanism." if i == 3 else body
+
+
+def _guidance_reply(i: int) -> str:
+    sentence, target, relevant, irrelevant = REASONING[i]
+    body = json.dumps({"retrieval_guidance": sentence, "target_information": target, "relevance_signals": relevant,
+                       "irrelevance_signals": irrelevant}, indent=2)
+    return f"```json\n{body}\n```" if i in (1, 4) else body
+
+
 STANDARD: dict[str, Callable[[int], str]] = {
     "subquestion": _subquestion_reply, "scores": _scores_reply, "query_first": _query_reply,
     "query_followup": _query_reply, "answer": _answer_reply, "diversity": _diversity_reply,
-    "reasoning": _reasoning_reply}
+    "reasoning": _reasoning_reply, "answerability": _answerability_reply, "fact_overlap": _fact_overlap_reply,
+    "guidance": _guidance_reply}
 #: per kind: the texts of which the latest (highest aspect) present in the prompt names the aspect asked about
 MARKERS: dict[str, list[str]] = {
     "subquestion": [a["facts"][0]["fact"] for a in ASPECTS], "scores": SUB_QUESTIONS,
     "query_first": SUB_QUESTIONS, "query_followup": SUB_QUESTIONS, "answer": QUERIES, "diversity": ANSWERS,
-    "reasoning": SUB_QUESTIONS}
+    "reasoning": SUB_QUESTIONS, "answerability": SUB_QUESTIONS, "guidance": SUB_QUESTIONS,
+    "fact_overlap": [a["facts"][0]["fact"] for a in ASPECTS]}
 
 
 def standard_reply(kind: str, aspect: int) -> str:
@@ -205,7 +239,8 @@ def facts_item(item_id: str = "aging-0") -> dict[str, Any]:
 _SCHEMA_MARK = "It must conform to this JSON schema:"
 #: a top-level property of each turns reply schema that no other D&V schema has -> the prompt kind
 _SIGNATURES = (("sub_question", "subquestion"), ("document_scores", "scores"),
-               ("avoids_meta_references", "answer"), ("adds_value", "diversity"), ("relevance_signals", "reasoning"))
+               ("avoids_meta_references", "answer"), ("adds_value", "diversity"), ("retrieval_guidance", "guidance"),
+               ("relevance_signals", "reasoning"), ("specific_gaps", "answerability"), ("similarity", "fact_overlap"))
 
 
 def prompt_kind(messages: list[dict[str, str]]) -> str | None:

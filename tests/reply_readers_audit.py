@@ -120,10 +120,14 @@ def mtr_choice(llm: LLM, messages: list[Message]) -> Any:
 
 
 def conversation_scores(llm: LLM, messages: list[Message]) -> Any:
-    """RECOR's conversation scores ``{dimension: score or None}``; None when no dimension has one."""
+    """RECOR's conversation scores ``{dimension: score or None}`` (default profile ``authors``) with the quoted
+    evidence the verdicts keep under ``evidence`` (``{dimension: {field: [quotes]}}``); None when no dimension
+    has a score."""
     verdicts = judge_conversation(llm, PUMP_ITEMS, AUDIT_SET)
-    scores = {v.dimension: v.score for v in verdicts}
-    return scores if any(s is not None for s in scores.values()) else None
+    scores: dict[str, Any] = {v.dimension: v.score for v in verdicts}
+    if all(s is None for s in scores.values()):
+        return None
+    return {**scores, "evidence": {v.dimension: v.extra["evidence"] for v in verdicts}}
 
 
 def sent_as_rendered(prompt: str, fields: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
@@ -138,10 +142,14 @@ def sent_as_rendered(prompt: str, fields: dict[str, Any]) -> Callable[[dict[str,
 
 
 def turn_label(kind: str, item: AuditItem) -> Callable[[LLM, list[Message]], Any]:
-    """The label RECOR's :func:`judge_turn` records (None: no label)."""
+    """The label RECOR's :func:`judge_turn` records (None: no label), as ``{label, evidence}`` when the verdict
+    kept a quote (default profile ``authors``)."""
 
     def read(llm: LLM, messages: list[Message]) -> Any:
-        return judge_turn(llm, kind, item).label
+        v = judge_turn(llm, kind, item)
+        if v.label is None or v.extra.get("evidence") is None:
+            return v.label
+        return {"label": v.label, "evidence": v.extra["evidence"]}
 
     return read
 
@@ -250,12 +258,12 @@ def _history(item: AuditItem) -> list[dict[str, str]]:
 
 
 _CONVERSATION, _ = conversation_fields(PUMP_ITEMS, AUDIT_SET)
-RECOR_FIELDS = {
+RECOR_FIELDS = {  # the default profile, authors: evidence asked for, the two previous turns in full
     "audit_conversation_quality": {**_CONVERSATION, "free_text": True, "answer_chars": ANSWER_CHARS,
                                    "document_chars": DOCUMENT_CHARS},
     "audit_turn_dependency": {"query": PUMP_ITEMS[2].query, "history": list(PUMP_ITEMS[2].history),
-                              "free_text": True, "answer_chars": ANSWER_CHARS},
-    "audit_question_pattern": {"query": PUMP_ITEMS[1].query, "free_text": True},
+                              "free_text": True, "answer_chars": None, "context_turns": 2, "evidence": True},
+    "audit_question_pattern": {"query": PUMP_ITEMS[1].query, "free_text": True, "evidence": True},
 }
 
 READERS: dict[str, Reader] = {

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from convrag.llm import LLM, Message
 from convrag.synthesis import dv_align, dv_aspects, dv_facts, dv_turns
 from convrag.synthesis import dv_turn_agents as agents
+from convrag.synthesis import dv_turn_checks as checks
 from convrag.synthesis.dv_common import Tokens, ask, doc_labels, documents_field, sampling
 
 from .dv_fixture import ANSWER, DOCUMENTS, QUERY, REASONING
@@ -81,6 +82,10 @@ DECOMPOSE: dict[str, Reader] = {
     "dv_aspect_suitability": reader("dv_aspect_suitability", dv_aspects.SuitabilityReply, dv_aspects.JUDGE_TOKENS,
                                     CANDIDATE, then=lambda r: r.aspect_category.strip().lower()),
     "dv_aspect_order": Reader(fields=ORDER_FIELDS, read=ordering, check_request=json_instruction),
+    "dv_aspect_coverage": reader("dv_aspect_coverage", dv_aspects.CoverageReply, dv_aspects.COVERAGE_TOKENS,
+                                 {"name": CANDIDATE["name"], "excerpt": CANDIDATE["excerpt"], "documents": SHOWN},
+                                 then=lambda r: {"coverage": r.coverage_score, "name_grounded": r.name_grounded,
+                                                 "suggested_name": " ".join(r.suggested_name.split())}),
     "dv_fact_verify": reader("dv_fact_verify", dv_facts.fact_reply(5), dv_facts.MAX_TOKENS, FACT_FIELDS,
                              check=lambda: dv_facts.fact_check(5),
                              then=lambda r: dv_facts.verdicts(r, DOCUMENTS)),
@@ -91,7 +96,7 @@ DECOMPOSE: dict[str, Reader] = {
 
 def scores(reply: agents.DocScoresReply) -> list[list[Any]]:
     """``[doc_id, score]`` per scored candidate, in document order (the stage's own score)."""
-    return [[r["doc_id"], r["score"]] for r in dv_turns.score_rows(reply, DOCUMENTS, TURNS.threshold, Counter())]
+    return [[r["doc_id"], r["score"]] for r in checks.score_rows(reply, DOCUMENTS, Counter())]
 
 
 def diversity(reply: agents.DiversityReply) -> dict[str, Any]:
@@ -99,9 +104,10 @@ def diversity(reply: agents.DiversityReply) -> dict[str, Any]:
     return {"adds_value": reply.adds_value, "value_type": dv_turns.value_kind(reply.value_type)}
 
 
-def annotation(reply: agents.ReasoningReply) -> dict[str, Any]:
+def annotation(reply: agents.ReasoningReply | agents.GuidanceReply) -> dict[str, Any]:
     """The annotation as the stage stores it (whitespace collapsed)."""
-    return {"reasoning": agents.squash(reply.reasoning), "target_information": agents.squash(reply.target_information),
+    text = reply.reasoning if isinstance(reply, agents.ReasoningReply) else reply.retrieval_guidance
+    return {"reasoning": agents.squash(text), "target_information": agents.squash(reply.target_information),
             "relevance_signals": [agents.squash(s) for s in reply.relevance_signals],
             "irrelevance_signals": [agents.squash(s) for s in reply.irrelevance_signals]}
 
@@ -160,6 +166,18 @@ TURN_READERS: dict[str, Reader] = {
         {"query": QUERIES[3], "sub_question": SUB_QUESTIONS[3], "aspect_name": ASPECTS[3]["name"], "facts": FACTS,
          "selected": SHOWN[:2], "others": SHOWN[2:]},
         check=agents.reasoning_check, then=annotation),
+    "dv_retrieval_guidance": step(
+        "retrieval reasoning", "dv_retrieval_guidance", agents.GuidanceReply,
+        {"query": QUERY, "reasoning": REASONING, "sub_question": SUB_QUESTIONS[3], "facts": FACTS},
+        check=agents.guidance_check, then=annotation),
+    "dv_answerability": step(
+        "answerability", "dv_answerability", checks.AnswerabilityReply,
+        {"sub_question": SUB_QUESTIONS[3], "facts": FACTS, "documents": SHOWN}, judge=True,
+        then=lambda r: r.coverage_score),
+    "dv_fact_overlap": step(
+        "fact overlap", "dv_fact_overlap", checks.FactOverlapReply,
+        {"facts": FACTS, "earlier": [f["fact"] for a in ASPECTS[:3] for f in a["facts"]][:8]}, judge=True,
+        then=lambda r: r.similarity),
 }
 
 READERS: dict[str, Reader] = {**DECOMPOSE, **TURN_READERS}

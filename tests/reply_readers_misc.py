@@ -199,6 +199,10 @@ def rag(llm: LLM, messages: list[Message]) -> Any:
     return generate_answers([RAG_ITEM], llm, concurrency=1).answers.get(RAG_ITEM.task_id)
 
 
+def recor_answer(llm: LLM, messages: list[Message]) -> Any:
+    return generate_answers([RAG_ITEM], llm, concurrency=1, prompt="gen_recor_answer").answers.get(RAG_ITEM.task_id)
+
+
 # --- the LLM layer's own instructions (convrag/llm/client.py) -------------------------------------------------------
 RATING_TASK: list[Message] = [{"role": "user", "content": (
     "Rate from 1 to 5 how well the document answers the question, and give your reasons first.\n"
@@ -302,6 +306,11 @@ READERS: dict[str, Reader] = {
                 "passages": [{"number": i, "title": p.title, "text": p.text}
                              for i, p in enumerate(RAG_ITEM.passages, 1)]},
         read=rag, check_request=no_json_instruction),
+    "gen_recor_answer": Reader(
+        fields={"question": RAG_ITEM.question, "history": [{"role": r, "content": t} for r, t in RAG_ITEM.history],
+                "passages": [{"number": i, "title": p.title, "text": p.text}
+                             for i, p in enumerate(RAG_ITEM.passages, 1)]},
+        read=recor_answer, check_request=no_json_instruction),
     "structured_output": Reader(
         fields={"schema_json": SCHEMA_JSON}, read=structured_rating, check_request=json_instruction),
     "structured_retry": Reader(

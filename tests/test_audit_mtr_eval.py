@@ -181,12 +181,14 @@ def test_answer_dimensions_show_every_gold_and_skip_without_answer(strat):
 
 # ---------------------------------------------------------------- negatives and shuffle
 def test_negatives_from_cluster_pool(mtr):
-    sampler = NegativeSampler(mtr)
+    sampler, first_k = NegativeSampler(mtr), NegativeSampler(mtr, whole_pool=False)
     for item in mtr.items:
         golds = {g.doc_id for g in item.gold}
         negs = sampler.negatives(item, 7)
-        assert negs == [d for d in item.pool if d not in golds][:7] and not golds & set(negs)
+        assert negs == [d for d in item.pool if d not in golds] and not golds & set(negs)  # the whole cluster
+        assert first_k.negatives(item, 3) == negs[:3]  # the earlier reading: the first k
     assert negatives(mtr.items[0], mtr, k=3) == sampler.negatives(mtr.items[0], 3)
+    assert negatives(mtr.items[0], mtr, k=3, whole_pool=False) == first_k.negatives(mtr.items[0], 3)
 
 
 def test_pool_negatives_skip_placeholders_and_top_up(strat):
@@ -197,9 +199,9 @@ def test_pool_negatives_skip_placeholders_and_top_up(strat):
         golds = {g.doc_id for g in item.gold}
         usable = [d for d in item.pool if d not in golds and strat.documents[""][d].text != PAD_TEXT]
         negs = sampler.negatives(item, 7)
-        assert len(negs) == 7 and len(set(negs)) == 7 and not golds & set(negs)
+        assert len(negs) == max(7, len(usable)) and len(set(negs)) == len(negs) and not golds & set(negs)
         assert all(strat.documents[""][d].text != PAD_TEXT for d in negs)
-        assert negs[:len(usable)] == usable[:7]  # the pool first, in stored order
+        assert negs[:len(usable)] == usable  # the whole usable pool first, in stored order
         assert sampler.source(item) == ("pool" if len(usable) >= 7 else "pool+bm25")
     # a comparison turn whose pool holds only its two golds and padding: all 7 negatives come from BM25
     bare = next(it for it in padded if all(d in {g.doc_id for g in it.gold} or strat.documents[""][d].text == PAD_TEXT
@@ -228,7 +230,8 @@ def test_shuffle_seeded_and_gold_position(mtr):
         (ra,), (rb,), (rc,) = (d.requests(item, mtr) for d in (a, b, c))
         assert ra.extra == rb.extra and ra.messages == rb.messages  # same seed, same order
         (pos,) = ra.extra["gold_positions"]
-        assert ra.extra["candidates"][pos - 1] == item.gold[0].doc_id and len(ra.extra["candidates"]) == 8
+        assert ra.extra["candidates"][pos - 1] == item.gold[0].doc_id
+        assert len(ra.extra["candidates"]) == max(8, len(set(item.pool)))
         shown = document_text(item.gold[0])
         assert f"[{pos}]\n{shown}" in user_text(ra.messages)
         positions.append(pos)

@@ -15,15 +15,17 @@ from convrag.audit.recor_judges import (
     DEPENDENCY_LABELS,
     DIMENSIONS,
     PATTERN_LABELS,
+    judge_conversation,
+    judge_turn,
+    match_label,
+    normalized_entropy,
+)
+from convrag.audit.recor_judges_tables import (
     RECOR_DEPENDENCY_COUNTS,
     RECOR_DEPENDENCY_ENTROPY,
     RECOR_PATTERN_COUNTS,
     RECOR_PATTERN_ENTROPY,
-    judge_conversation,
-    judge_turn,
     label_distribution,
-    match_label,
-    normalized_entropy,
 )
 from convrag.audit.verdict import Verdict
 from convrag.cli import main
@@ -190,8 +192,8 @@ def test_turn_judges_inputs(recor: AuditSet) -> None:
     items = conversation(recor, "drones:drones:ex_3025")
     llm, backend = scripted("The question says 'it', pointing at the drone from before.\nDependency type: coreference",
                             "It asks about the outcome.\nQuestion pattern: effect")
-    assert judge_turn(llm, "dependency", items[3]).label == "coreference"
-    text = user_text(backend, 0)
+    assert judge_turn(llm, "dependency", items[3], "convrag").label == "coreference"
+    text = user_text(backend, 0)  # convrag: every earlier turn (authors: the two before it, tested apart)
     assert all(q.query in text for q in items[:3]) and text.index(items[2].query) < text.index(items[3].query)
     assert judge_turn(llm, "pattern", items[3]).label == "effect"
     text = user_text(backend, 1)
@@ -280,14 +282,14 @@ def test_label_distribution() -> None:
     vs = [verdict("coreference")] * 3 + [verdict("continuation"),
                                          verdict(None, "unparseable: 'standalone' is not one of the labels"),
                                          verdict(None, "call failed: timeout")]
-    dist = label_distribution(vs, DEPENDENCY_LABELS)
+    dist = label_distribution(vs, DEPENDENCY_LABELS, "convrag")  # H / log of the label set (authors: apart)
     assert dist["counts"] == {"coreference": 3, "ellipsis": 0, "substitution": 0, "continuation": 1,
                               "topic_shift": 0, "self_contained": 0}
     assert dist["shares"]["coreference"] == 0.75 and dist["shares"]["continuation"] == 0.25
     assert (dist["parsed"], dist["unparseable"], dist["errors"]) == (4, 2, {"unparseable": 1, "call failed": 1})
     h = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))  # 0.5623 nats
     assert dist["entropy"] == pytest.approx(h / math.log(6)) == pytest.approx(0.3138, abs=1e-4)
-    empty = label_distribution([verdict(None, "call failed: x")], PATTERN_LABELS)
+    empty = label_distribution([verdict(None, "call failed: x")], PATTERN_LABELS, "convrag")
     assert (empty["parsed"], empty["shares"], empty["entropy"], empty["unparseable"]) == (0, {}, None, 1)
     with pytest.raises(ValueError, match="not in the label set"):
         label_distribution([verdict("why")], DEPENDENCY_LABELS)

@@ -31,7 +31,7 @@ from convrag.llm import LLM, RetryPolicy, load_prompt
 from convrag.llm.backends.fake import FakeBackend
 from tests.conftest import DATA
 
-ANSWER = re.compile(r"\[Assistant's answer\]\n(.*?)\n\nReply with", re.S)
+ANSWER = re.compile(r"\[(?:Assistant's|Generated) answer\]\n(.*?)\n\n(?:Reply with|Give each)", re.S)
 
 
 def grades(corr: int, comp: int, rel: int, coh: int, faith: int | None = None, why: str = "Mostly right.") -> str:
@@ -77,7 +77,8 @@ def write_file(path: Path, mode: str, answers: dict[str, str], generator: str = 
 
 
 def test_normalisation_and_turn_buckets() -> None:
-    assert [normalise(s) for s in (1, 2, 3, 4, 5)] == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert [normalise(s, "convrag") for s in (1, 2, 3, 4, 5)] == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert [normalise(s) for s in (1, 5, 10)] == [0.1, 0.5, 1.0]  # the authors' scale is the default
     assert [turn_bucket(t) for t in (1, 2, 4, 5, 9)] == ["T1", "T2", "T4", "T5+", "T5+"]
 
 
@@ -99,7 +100,7 @@ def test_judge_replies_prose_out_of_range_missing_faithfulness_and_unparsable() 
     passages = ("Olfactory receptors bind odorant molecules.",)
     items = [JudgeItem("Why?", "", "Because.", passages, f"Answer {i}.") for i in range(4)]
     items.append(JudgeItem("Why?", "Q: a\nA: b", "Because.", (), "Answer 4."))
-    out = judge_answers(items, [judge], concurrency=1)
+    out = judge_answers(items, [judge], concurrency=1, profile="convrag")
     assert out[0].grades == {"correctness": 4, "completeness": 3, "relevance": 5, "coherence": 5, "faithfulness": 4}
     assert out[1].grades["correctness"] == 5 and out[1].rationale == "Correct and grounded in passage 1."
     assert out[2].grades["faithfulness"] == 2
@@ -140,7 +141,7 @@ def test_hand_computed_domain_macro_means(tmp_path: Path, bench: Benchmark) -> N
     paths, judge = example(tmp_path)
     files = [read_predictions(p, bench, allow_missing=True) for p in paths]
     assert [f.mode for f in files] == ["oracle", "retrieved", "none"] and files[1].missing == ["beta:c:2"]
-    result = score_generation(bench, files, [judge], concurrency=3)
+    result = score_generation(bench, files, [judge], concurrency=3, profile="convrag")
     oracle, ret, none = result["summary"]["systems"]
     # retrieved: alpha = mean(1.0, 0.5) = 0.75 (a6 failed, left out); beta = b1 = mean(0, 0, 0, 0, 1) = 0.2
     assert ret["judge_average"]["by_domain"] == pytest.approx({"alpha": 0.75, "beta": 0.2})
@@ -176,7 +177,7 @@ def test_correlation_uses_our_ndcg_and_equals_scipy(tmp_path: Path, bench: Bench
                    "beta:c:1 Q0 beta:d3 1 9.0 r\nalpha:c:6 Q0 d4 1 9.0 r\n", encoding="utf-8")
     files = [read_predictions(p, bench, allow_missing=True) for p in paths]
     assert files[1].run_path == str(run) and files[0].run_path is None
-    result = score_generation(bench, files, [judge])
+    result = score_generation(bench, files, [judge], profile="convrag")
     ret = result["summary"]["systems"][1]
     rows = {r["task_id"]: r for r in result["per_turn"] if r["mode"] == "retrieved"}
     ndcg5 = 1 / 1.5849625007211563  # relevant at rank 2: 1 / log2(3)
@@ -290,7 +291,7 @@ def test_command_scores_a_built_recor_folder(built: Path, tmp_path: Path, monkey
     monkeypatch.setattr(convrag.llm, "get_llm", lambda spec, **_: judge)
     out = tmp_path / "out"
     code = main(["evaluate-generation", str(built), "--predictions", str(path), "--judge", "openai:judge@http://x/v1",
-                 "--allow-missing", "--lexical", "rouge-l", "--out", str(out), "--no-progress"])
+                 "--allow-missing", "--lexical", "rouge-l", "--out", str(out), "--no-progress", "--profile", "convrag"])
     assert code == 0
     summary = json.loads((out / "results.json").read_text())
     (system,) = summary["systems"]
@@ -344,8 +345,9 @@ def test_mtrag_folders_keep_the_mtrag_path(tmp_path: Path, capsys: pytest.Captur
 
 def test_prompt_renders_with_and_without_passages() -> None:
     prompt = load_prompt("gen_recor_judge")
-    with_p = prompt.render(question="q", answer="a", reference="r", history="Q: x\nA: y", passages=["p1"])[1]["content"]
-    without = prompt.render(question="q", answer="a", reference="r")[1]["content"]
+    with_p = prompt.render(question="q", answer="a", reference="r", history="Q: x\nA: y", passages=["p1"],
+                           profile="convrag")[1]["content"]
+    without = prompt.render(question="q", answer="a", reference="r", profile="convrag")[1]["content"]
     assert "- faithfulness:" in with_p and "(1) p1" in with_p and "Q: x" in with_p
     assert "faithfulness" not in without and "(none: this is the first turn)" in without
 
@@ -353,7 +355,7 @@ def test_prompt_renders_with_and_without_passages() -> None:
 def test_write_outputs_writes_four_files(tmp_path: Path, bench: Benchmark) -> None:
     paths, judge = example(tmp_path)
     files = [read_predictions(p, bench, allow_missing=True) for p in paths]
-    result = score_generation(bench, files, [judge])
+    result = score_generation(bench, files, [judge], profile="convrag")
     write_outputs(result, tmp_path / "o")
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["llm_report.json", "per_turn.jsonl",
                                                                    "results.json", "results.md"]
@@ -375,7 +377,7 @@ def test_mtr_bench_has_one_group_and_answers_from_its_queries(tmp_path: Path) ->
     assert later.answer.strip() and later.history  # earlier turns rendered for the judge
     path = write_file(tmp_path / "p.jsonl", "none", {first.task_id: "An answer."})
     judge = scripted({"An answer.": grades(3, 3, 3, 3)})
-    result = score_generation(bench, [read_predictions(path, bench, allow_missing=True)], [judge])
+    result = score_generation(bench, [read_predictions(path, bench, allow_missing=True)], [judge], profile="convrag")
     (system,) = result["summary"]["systems"]
     assert system["judge_average"]["by_domain"] == {"all": 0.5} and system["judge_average"]["macro"] == 0.5
 

@@ -82,6 +82,8 @@ def test_evaluate_generation_with_the_default_judge(tmp_path: Path, monkeypatch:
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert PLACEHOLDER_WARNING in printed
+    assert printed.strip().splitlines()[-1].startswith("Scoring profile authors: judge 1-10 per dimension / 10")
+    assert "judge scores (Tables 7-9, 21-24, 26, Figure 3) no (placeholder judge" in printed
 
     summary = json.loads((out / "results.json").read_text())
     rows = [json.loads(x) for x in (out / "per_turn.jsonl").read_text().splitlines()]
@@ -92,7 +94,7 @@ def test_evaluate_generation_with_the_default_judge(tmp_path: Path, monkeypatch:
     for r in rows:
         if r["judged"]:
             dims = 4 if r["mode"] == "none" else 5
-            assert len(r["grades"]) == dims and all(1 <= g <= 5 for g in r["grades"].values())
+            assert len(r["grades"]) == dims and all(1 <= g <= 10 for g in r["grades"].values())  # authors' scale
             assert 0.0 <= r["judge_average"] <= 1.0
         else:
             assert r["failure"] and r["judge_average"] is None
@@ -107,7 +109,7 @@ def test_evaluate_generation_with_the_default_judge(tmp_path: Path, monkeypatch:
     assert set(corr) >= {"pearson_domains", "pearson_turns", "domains"}
     md = (out / "results.md").read_text()
     for title in ("Table 7:", "Table 8:", "Table 21:", "Table 22:", "Table 23:", "Table 24:", "Table 25:",
-                  "Table 9:", "Figure 3:", PLACEHOLDER_WARNING):
+                  "Table 26:", "Table 9:", "Figure 3:", PLACEHOLDER_WARNING):
         assert title in md, title
     calls = json.loads((out / "llm_report.json").read_text())["default"]["calls"]
     assert calls >= 9

@@ -23,7 +23,7 @@ from convrag.llm.backends.fake import FakeBackend
 from convrag.synthesis import converse as converse_module
 from convrag.synthesis import polish as polish_module
 from convrag.synthesis.assemble import Assemble
-from convrag.synthesis.converse import Converse
+from convrag.synthesis.converse import PROFILE_DEFAULTS, Converse
 from convrag.synthesis.engine import StageContext, write_json_atomic, write_table_atomic
 from convrag.synthesis.polish import Polish
 from convrag.synthesis.records import read_records
@@ -157,6 +157,7 @@ def test_every_turn_records_the_document_the_questioner_named(run: Path, monkeyp
             assert turn["prompt_tokens"] == tokens["questioner_prompt"] + tokens["responder_prompt"] > 0
         assert len({t["gold"] for t in rec["turns"]}) == 4  # each turn asked about a new document
     assert len(calls) == 16 and report.llm["calls"] == 16 and report.llm["cache_hits"] == 0
+    assert report.figures["profile"] == "authors" and report.figures["answer_tokens_mean"] > 0
     later = [int(v.split()[1].replace(",", "")) for k, v in report.figures.items() if "questioner_turn" in k]
     assert len(later) == 4 and later == sorted(later)  # the history makes later prompts longer
 
@@ -286,7 +287,9 @@ def test_bad_options_are_one_line_errors() -> None:
 
 def test_prompt_budget_at_twelve_turns_with_real_texts() -> None:
     """Prompt tokens (the embedded model's tokenizer) of each agent at turn 12 with full history, built from real
-    MTRAG texts at their longest: passages joined to 2,048-character chunks, agent answers of 120+ words."""
+    MTRAG texts at their longest: passages joined to 2,048-character chunks, agent answers of 120+ words. The
+    ``convrag`` profile's cuts keep every prompt under 3,000 tokens even here; the ``authors`` profile's whole
+    texts do not (its budget at the paper's sizes: tests/test_mtr_authors.py)."""
     from llama_cpp import Llama
 
     from convrag.llm.backends.llamacpp import default_gguf_path
@@ -310,13 +313,17 @@ def test_prompt_budget_at_twelve_turns_with_real_texts() -> None:
     history = [Exchange(questions[i], answers[i]) for i in range(11)]
     schema = json.dumps(compact_schema(json_schema_for(QuestionReply)), ensure_ascii=False)
     structured = load_prompt("structured_output").render(schema_json=schema)
-    budget = {"questioner": tokens(Questioner(None).messages(docs, history, "0:c1:12")) + tokens(structured),
-              "responder": tokens(Responder(None).messages(history, questions[11], docs[0])),
+    cuts = PROFILE_DEFAULTS["convrag"]
+    questioner = Questioner(None, doc_chars=cuts["questioner_doc_chars"],
+                            history_answer_chars=cuts["questioner_history_chars"])
+    responder = Responder(None, answer_words=cuts["answer_words"], history_answer_chars=cuts["responder_history_chars"])
+    budget = {"questioner": tokens(questioner.messages(docs, history, "0:c1:12")) + tokens(structured),
+              "responder": tokens(responder.messages(history, questions[11], docs[0])),
               "polisher": tokens(Polisher(None).messages(history, questions[11]))}
     print(f"\nprompt tokens at turn 12 with full history: {budget}")
     assert all(n < 3000 for n in budget.values()), budget
-    # what keeps the Questioner under budget: its history answers are cut (to 240 characters) and its documents
-    # (to 800); with whole answers and documents, as the authors show them, it is far over
-    whole = Questioner(None, doc_chars=2048, history_answer_chars=10**6).messages(docs, history, "0:c1:12")
+    # what keeps the Questioner under budget in the convrag profile: its history answers are cut (to 240
+    # characters) and its documents (to 800); with whole answers and documents (the authors' view) it is far over
+    whole = Questioner(None).messages(docs, history, "0:c1:12")
     print(f"questioner with whole answers and 2,048-character documents: {tokens(whole)}")
     assert tokens(whole) > 4000, tokens(whole)

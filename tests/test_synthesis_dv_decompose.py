@@ -66,7 +66,7 @@ def test_appendix_c_traced_through_align_aspects_and_facts() -> None:
     assert len(alignment["key_claims"]) == 5 and len(alignment["unsupported_claims"]) == 1
 
     aspects = Aspects().handle(align.record, llm, Tokens())
-    assert len(backend.calls) == 1 + 18
+    assert len(backend.calls) == 1 + 24  # 18 as before, and a coverage check per suitable candidate (profile authors)
     record = aspects.record
     assert record is not None
     assert [a["name"] for a in record["aspects"]] == [fx.PR, fx.MA, fx.LO, fx.AP, fx.DS, fx.EM]  # Table 13's order
@@ -79,9 +79,10 @@ def test_appendix_c_traced_through_align_aspects_and_facts() -> None:
     assert dict(aspects.counts) == {"aspects: aspect accepted": 6, "aspects: aspect rejected: overlap": 1,
                                     "aspects: aspect rejected: meta": 1}
     assert aspects.tokens.prompt > 0 and aspects.tokens.completion > 0
+    assert [a["document_coverage"] for a in record["aspects"]] == [0.85, 0.9, 0.8, 0.85, 0.75, 0.8]  # Table 13
 
     facts = Facts().handle(record, llm, Tokens())
-    assert len(backend.calls) == 1 + 18 + 6
+    assert len(backend.calls) == 1 + 24 + 6
     final = facts.record
     assert final is not None
     assert [a["name"] for a in final["aspects"]] == fx.FINAL_ASPECTS
@@ -103,7 +104,7 @@ def test_the_ordered_script_gives_the_same_trace() -> None:
     item = appendix_c_item()
     for stage in (Align(), Aspects(), Facts()):
         item = stage.handle(item, llm, Tokens()).record
-    assert not backend.script and len(backend.calls) == 25
+    assert not backend.script and len(backend.calls) == 31
     assert [a["name"] for a in item["aspects"]] == fx.FINAL_ASPECTS
 
 
@@ -194,8 +195,9 @@ def test_candidates_are_checked_before_any_judge_call() -> None:
                                 "aspects: aspect rejected: excerpt not from the answer": 1,
                                 "aspects: aspect rejected: empty name or excerpt": 2,
                                 "aspects: aspect rejected: duplicate name": 1, "aspects: aspect accepted": 3}
-    # 2 extraction rounds (the second finds nothing), 1 suitability + 2 x (overlap, suitability), 1 ordering
-    assert len(backend.calls) == 2 + 5 + 1
+    # 2 extraction rounds (the second finds nothing), 1 suitability + 2 x (overlap, suitability), 3 coverage checks,
+    # 1 ordering
+    assert len(backend.calls) == 2 + 5 + 3 + 1
     assert [e["fate"] for e in out.record["aspect_log"]][:4] == [
         "rejected: unknown type", "rejected: excerpt not from the answer", "rejected: empty name or excerpt",
         "rejected: empty name or excerpt"]
@@ -238,7 +240,8 @@ def test_unparsable_judges_reject_the_candidate_and_unparsable_extraction_ends_t
     assert dict(drop.value.counts) == {"aspects: aspect accepted": 1,
                                        "aspects: aspect rejected: suitability check unparsable": 2,
                                        "aspects: round rejected: reply unparsable after re-asks": 1}
-    assert len(backend.calls) == 1 + 1 + 2 * (1 + 3) + 3  # round 1: aspect 0 judged once, 1 and 2 re-asked
+    # round 1: aspect 0 judged once (and its coverage), 1 and 2 re-asked
+    assert len(backend.calls) == 1 + 1 + 1 + 2 * (1 + 3) + 3
     llm, _ = make_llm(responder=judge_responder(rounds, suitability=suitability))
     out = Aspects(min_aspects=1).handle(appendix_c_item(), llm, Tokens())
     assert [a["name"] for a in out.record["aspects"]] == ["Aspect number 0"]
@@ -389,11 +392,11 @@ def test_three_stages_through_the_engine_resume_without_new_calls(tmp_path: Path
         return {r.stage: r for r in Pipeline("recor-dv", stages).run(out, progress=False)}
 
     reports = run()
-    assert len(calls) == 2 + 18 + 6
+    assert len(calls) == 2 + 24 + 6
     assert (reports["align"].records_in, reports["align"].records_out) == (2, 1)
     assert reports["align"].dropped == {"align: judged insufficient": 1}
     assert reports["aspects"].figures["aspects: aspect rejected: overlap"] == 1
-    assert reports["aspects"].llm["calls"] == 18
+    assert reports["aspects"].llm["calls"] == 24
     assert reports["facts"].figures["facts: facts verified"] == 7
     assert reports["facts"].figures["facts: aspect rejected: no verified fact"] == 1
     [record] = list(read_records(out / "facts"))
@@ -404,12 +407,12 @@ def test_three_stages_through_the_engine_resume_without_new_calls(tmp_path: Path
     assert saved["figures"]["facts: facts extracted"] == 9
 
     again = run()  # finished stages are not rerun
-    assert len(calls) == 26 and all(r.resumed for r in again.values())
+    assert len(calls) == 32 and all(r.resumed for r in again.values())
 
     for stage in ("aspects", "facts"):  # as if killed before writing anything: the LLM cache answers
         shutil.rmtree(out / stage)
     redone = run()
-    assert len(calls) == 26 and redone["aspects"].llm["cache_hits"] == 18 and redone["aspects"].llm["calls"] == 0
+    assert len(calls) == 32 and redone["aspects"].llm["cache_hits"] == 24 and redone["aspects"].llm["calls"] == 0
     assert list(read_records(out / "facts")) == [record]
 
 

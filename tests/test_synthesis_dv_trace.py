@@ -71,6 +71,8 @@ def test_appendix_c_traced_from_input_file_to_scored_benchmark(tmp_path, calls, 
     assert [[round(s["score"], 2) for s in t["doc_scores"]] for t in turns] == EXPECTED_SCORES
     assert turns[3]["gold_doc_ids"] == ["Aging_theory_12.txt", "Evolution_38.txt"]
     assert [t["gold_doc_ids"] for t in turns] == EXPECTED_GOLD
+    for stage in ("aspects", "turns"):  # the default profile, recorded with the stage's parameters
+        assert json.loads((out / stage / "params.json").read_text())["params"]["profile"] == "authors"
 
     # a rerun over the finished folder makes no call; --redo turns is answered from the cache alone
     made = len(calls)

@@ -1,7 +1,8 @@
-"""D&V stage ``turns`` with scripted backends: the appendix C five-turn trace (turn 4's scores 7.15 / 5.40 /
-3.65 under a wrong final_score; its scripted replies mix bare JSON, JSON after prose and JSON in ```json fences,
-all read without a re-ask), malformed and rejected replies, the conversation-level checks, and one run through
-the engine (resumed with no new calls)."""
+"""D&V stage ``turns`` under profile ``convrag`` (our earlier readings; the default profile ``authors`` is tested
+in tests/test_synthesis_dv_authors.py) with scripted backends: the appendix C five-turn trace (turn 4's scores
+7.15 / 5.40 / 3.65 under a wrong final_score; its scripted replies mix bare JSON, JSON after prose and JSON in
+```json fences, all read without a re-ask), malformed and rejected replies, the conversation-level checks, and one
+run through the engine (resumed with no new calls)."""
 
 from __future__ import annotations
 
@@ -25,9 +26,9 @@ from convrag.synthesis.dv_turn_agents import (
     meta_reference,
     opener,
     query_check,
-    select,
     sentences,
 )
+from convrag.synthesis.dv_turn_checks import select_gold
 from convrag.synthesis.dv_turns import Turns, document_diversity, key_facts, parse_sentences, value_kind
 from convrag.synthesis.engine import Pipeline, StageContext, StageReport, write_json_atomic
 from convrag.synthesis.records import read_records, write_shard
@@ -58,7 +59,7 @@ def make_llm(overrides: dict[tuple[str, int], list[Any]] | None = None) -> tuple
 def run_item(overrides: dict[tuple[str, int], list[Any]] | None = None, item: dict[str, Any] | None = None,
              **options: Any) -> tuple[dict[str, Any], Counter[str], FakeBackend, Calls]:
     llm, backend, calls = make_llm(overrides)
-    outcome = Turns(**options).handle(item or facts_item(), llm, Tokens())
+    outcome = Turns(**{"profile": "convrag", **options}).handle(item or facts_item(), llm, Tokens())
     assert outcome.record is not None
     return outcome.record, outcome.counts, backend, calls
 
@@ -67,7 +68,7 @@ def dropped(overrides: dict[tuple[str, int], list[Any]] | None = None, item: dic
             **options: Any) -> Drop:
     llm, _, _ = make_llm(overrides)
     with pytest.raises(Drop) as caught:
-        Turns(**options).handle(item or facts_item(), llm, Tokens())
+        Turns(**{"profile": "convrag", **options}).handle(item or facts_item(), llm, Tokens())
     return caught.value
 
 
@@ -92,7 +93,7 @@ def retry_messages(backend: FakeBackend, kind: str) -> list[str]:
 def test_appendix_c_item_becomes_five_grounded_turns() -> None:
     llm, backend, calls = make_llm()
     tokens = Tokens()
-    outcome = Turns().handle(facts_item(), llm, tokens)
+    outcome = Turns(profile="convrag").handle(facts_item(), llm, tokens)
     turns = outcome.record["turns"]
     assert [t["turn"] for t in turns] == [1, 2, 3, 4, 5]
     assert [t["aspect"] for t in turns] == [a["name"] for a in ASPECTS]
@@ -144,7 +145,8 @@ def test_document_score_is_the_papers_formula_exactly() -> None:
     assert document_score(0, 0, 0, 10) == -0.5
     rows = [{"doc_id": "a", "score": 5.0}, {"doc_id": "b", "score": 6.2}, {"doc_id": "c", "score": 5.0},
             {"doc_id": "d", "score": 4.99}]
-    assert select(rows, 5.0) == ["b", "a", "c"]  # ties keep document order; the threshold is inclusive
+    # ties keep document order; the threshold is inclusive
+    assert select_gold(rows, "convrag", 5.0)[0] == ["b", "a", "c"]
 
 
 def test_rule_helpers() -> None:
@@ -282,7 +284,7 @@ def test_a_reply_that_never_passes_rejects_the_turn(overrides: dict[tuple[str, i
 
 def test_a_failed_call_drops_the_item_with_its_reason() -> None:
     llm, _, _ = make_llm({("answer", 2): [BackendError("HTTP 400: context length exceeded", retryable=False)]})
-    stage = Turns()
+    stage = Turns(profile="convrag")
     stage._llm = llm
     rows, drops = stage.process([facts_item("a")], None)  # type: ignore[arg-type]
     assert rows == [] and drops == {"turns: llm: call failed after retries": 1}
@@ -329,11 +331,13 @@ def test_max_turns_is_respected() -> None:
 def test_options_are_validated_and_recorded() -> None:
     for bad in ({"threshold": 11}, {"min_turns": 5, "max_turns": 4}, {"answer_sentences": "4-2"},
                 {"max_candidates": 0}, {"query_words": True}, {"answer_sentences": "two"},
-                {"min_distinct_documents": 0}, {"temperature": 3}):
+                {"min_distinct_documents": 0}, {"temperature": 3}, {"profile": "paper"},
+                {"min_answerability": 1.5}, {"subquestion_attempts": 0}, {"diversity_retries": -1}):
         with pytest.raises(ConvragError):
             Turns(**bad)
-    params = Turns(answer_sentences=(2, 4), llm="fake").params()
+    params = Turns(answer_sentences=(2, 4), llm="fake", profile="convrag").params()
     assert params["answer_sentences"] == "2-4" and params["threshold"] == 5.0 and params["llm"] == "fake"
+    assert params["profile"] == "convrag" and "min_answerability" not in params
     assert json.loads(json.dumps(params)) == params
 
 
@@ -358,7 +362,7 @@ def test_engine_run_resumes_with_no_new_calls(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setattr(dv_common, "role_llm", role_llm)
 
     def run() -> StageReport:
-        return Pipeline("recor-dv", [Turns(concurrency=1)]).run(out, progress=False)[0]
+        return Pipeline("recor-dv", [Turns(concurrency=1, profile="convrag")]).run(out, progress=False)[0]
 
     report = run()
     assert report.records_in == 3 and report.records_out == 2

@@ -4,7 +4,10 @@ repeated, then built with ``convrag build recor`` and scored with ``convrag eval
 
 SmolLM2-135M only proves the plumbing here: the options are loosened (one aspect and one turn suffice, threshold 0,
 excerpts and the turns' form checks not enforced) so that its replies get through; nothing below measures the
-quality of what it writes.
+quality of what it writes. It runs under ``profile=convrag``: under the default ``authors`` profile the model's
+retrieval guidance, written from the facts it mangled, runs past ``max_tokens=256`` and the only turn is rejected
+(tried 2026-11-26); that profile's order of steps is traced end to end with scripted replies in
+tests/test_synthesis_dv_trace.py and tests/test_synthesis_dv_authors.py.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ LOOSE = ["--option", "input_format=bright", "--option", f"documents={FIXTURES / 
          "--option", "min_aspects=1", "--option", "max_facts=2", "--option", "min_turns=1", "--option", "max_turns=2",
          "--option", "threshold=0", "--option", "doc_chars=400", "--option", "min_distinct_documents=1",
          "--option", "enforce_form=false", "--option", "max_tokens=256", "--option", "excerpt_share=0",
-         "--concurrency", "2"]
+         "--option", "profile=convrag", "--concurrency", "2"]
 
 
 def _entries(out: Path) -> list[Path]:

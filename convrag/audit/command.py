@@ -22,6 +22,7 @@ def run_command(args: argparse.Namespace) -> int:
     ``files`` lists them, and the outputs an earlier audit into the same folder listed and this one did not write
     are removed (nothing else in the folder is touched)."""
     from convrag.audit.items import load_items
+    from convrag.audit.recor_judges_tables import apply_profile, domain_table
     from convrag.audit.report import coverage, empty_dimensions, heatmap, render, summarize
     from convrag.audit.runner import estimate, make_judges, parse_dimensions, run_audit, write_verdicts
     from convrag.hub import resolve_folder
@@ -31,6 +32,10 @@ def run_command(args: argparse.Namespace) -> int:
     from convrag.synthesis.engine import write_json_atomic
 
     dimensions = parse_dimensions(args.dimensions)
+    # completeness shows each item's whole candidate pool (the authors' reading) unless --profile convrag asks for
+    # our earlier one (the gold and the first --negatives pool documents)
+    whole_pool = getattr(args, "profile", "authors") != "convrag"
+    profile = getattr(args, "profile", "authors")  # RECOR judges' readings (convrag.audit.recor_judges_profile)
     specs = args.judge or [os.environ.get(SPEC_ENV) or "default"]
     for flag, value in (("--concurrency", args.concurrency), ("--negatives", args.negatives),
                         ("--pool-depth", args.pool_depth)):
@@ -52,7 +57,8 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"Dry run: {', '.join(dimensions)}; nothing is called or written.")
         print(f"{'folder':<28} {'judge':<36} {'calls':>8} {'prompt tok':>12} {'output tok':>11} {'cost':>10}")
         for audit_set in sets:
-            for row in estimate(audit_set, specs, dimensions, seed=args.seed, negatives=args.negatives):
+            for row in estimate(audit_set, specs, dimensions, seed=args.seed, negatives=args.negatives,
+                                whole_pool=whole_pool, profile=profile):
                 cost = "unpriced" if row["cost_usd"] is None else f"${row['cost_usd']:.4f}"
                 print(f"{audit_set.benchmark:<28} {row['judge']:<36} {row['calls']:>8,} {row['prompt_tokens']:>12,} "
                       f"{row['completion_tokens']:>11,} {cost:>10}")
@@ -63,15 +69,17 @@ def run_command(args: argparse.Namespace) -> int:
     claim_out(out, args.folders, "audit")
     judges = make_judges(specs, args.cache, args.concurrency)
     progress = wanted(args.no_progress)
-    runs = [run_audit(s, judges, dimensions, seed=args.seed, negatives=args.negatives,
-                      concurrency=args.concurrency, progress=progress) for s in sets]
+    runs = [run_audit(s, judges, dimensions, seed=args.seed, negatives=args.negatives, whole_pool=whole_pool,
+                      concurrency=args.concurrency, progress=progress, profile=profile) for s in sets]
     staged: dict[str, Path] = {}  # every output is written under a temporary name, then renamed into place
     try:
         n = write_verdicts(_staged(out, "verdicts.jsonl", staged), runs)
         summary = summarize(runs)
+        apply_profile(summary, profile)  # records the profile; label entropy as the profile divides it
         cover = coverage(runs, dimensions)
         summary.update(dimensions=dimensions, judges=specs, sample=args.sample, seed=args.seed,
-                       negatives=args.negatives, llm={j.spec: j.report.to_dict() for j in judges}, coverage=cover)
+                       negatives=args.negatives, completeness_pool="whole" if whole_pool else "first-k",
+                       llm={j.spec: j.report.to_dict() for j in judges}, coverage=cover)
         empty = empty_dimensions(cover)
         if args.missed:
             summary["missed"] = _audit_missed(args, sets, judges, out, staged)
@@ -80,7 +88,7 @@ def run_command(args: argparse.Namespace) -> int:
                       + ")" for stem, m in summary["missed"].items() if m["candidates"] and not m["judged"]]
         failed = f"no usable verdict for {'; '.join(empty)}" if empty else None
         summary = {"complete": not empty, **({"incomplete": failed} if failed else {}), **summary}
-        text = render(summary)
+        text = render(summary) + domain_table(summary)
         _staged(out, "summary.md", staged).write_text(text, encoding="utf-8")
         plot = heatmap(summary, _staged(out, "heatmap.png", staged))
         if plot is None:  # no score to draw

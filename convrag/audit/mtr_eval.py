@@ -6,10 +6,12 @@ code judged the first turn of each conversation, which pairs a multi-turn item's
 * ``query_evidence`` (Q-E, query-evidence alignment): can the current query be answered from one gold document
   on its own? Integer 1-5 (5 = fully, 1 = not at all). One verdict per (item, gold document), ``extra["doc_id"]``.
 * ``completeness`` (Comp., evidence completeness as discriminability): one gold document is shown among hard
-  negatives, numbered ``[1]..[n]`` (8 documents by default: the gold and 7 negatives); the judge names the most
-  probable source. Score 1.0 when it names the gold, else 0.0, so the mean over items is an ACCURACY in [0, 1]
-  (chance = 1/n). The paper prints Comp. on the 5-point axis of the other dimensions without saying how; report
-  the accuracy (a table may show accuracy x 5 beside it, the likely convention).
+  negatives, numbered ``[1]..[n]``: an item with a candidate pool shows its WHOLE pool, as the authors showed the
+  whole cluster (MTR-Bench clusters hold 8-11 documents), up to :data:`MAX_CANDIDATES`; an item without one shows
+  the gold and ``k`` (7) retrieved negatives. The judge names the most probable source. Score 1.0 when it names
+  the gold, else 0.0, so the mean over items is an ACCURACY in [0, 1] (chance = 1/n, n varying by item). The
+  paper prints Comp. on the 5-point axis of the other dimensions without saying how; report the accuracy (a table
+  may show accuracy x 5 beside it, the likely convention).
 * ``answer_faithfulness`` (A-E): is every claim of the reference answer backed by the gold documents? 1-5.
 * ``answer_quality`` (Qual.): is the reference answer correct, complete and on point? 1-5; the gold documents
   are shown for context, as the authors' prompt does.
@@ -20,10 +22,12 @@ show all of them, numbered; Comp. shows ONE gold per item, drawn with the item's
 other golds (MTR data has one gold per turn, and several golds among 8 would raise the chance level).
 
 Hard negatives (:class:`NegativeSampler`): the item's own candidate pool when the benchmark ships one (MTR-Bench
-cluster, StratRAG pool), in stored order, golds and placeholder padding removed, the first k; otherwise, or to top
-up a pool with fewer than k usable documents (a StratRAG comparison turn can have none), the best of a retriever
-(BM25 by default) over the item's subset corpus for the current query, every gold excluded. So n is the same for
-every item (chance 1/n) unless the corpus itself runs out; ``extra["negatives_source"]`` says which source served.
+cluster, StratRAG pool), in stored order, golds and placeholder padding removed: all of it (``whole_pool``, the
+default), at most ``MAX_CANDIDATES - 1`` (the rest counted in ``extra["pool_left_out"]``), or the first k
+(``whole_pool=False``, our earlier reading: 8 documents whatever the cluster size). Otherwise, or to top up a pool
+with fewer than k usable documents (a StratRAG comparison turn can have none), the best of a retriever (BM25 by
+default) over the item's subset corpus for the current query, every gold excluded; ``extra["negatives_source"]``
+says which source served.
 Candidate positions are shuffled with ``random.Random(f"{seed}:{item_id}")`` (the paper's claim; the authors'
 code put the gold first) and the gold's 1-based position is kept in ``extra["gold_positions"]``.
 
@@ -54,6 +58,11 @@ LABELS = {"completeness": "Comp.", "query_evidence": "Q-E", "answer_faithfulness
 JUDGE_PARAMS = SamplingParams(temperature=0.0, max_tokens=512)
 
 _MARKER = re.compile(r"\s*\[\d+\]")
+#: the most documents one discriminability prompt shows, gold included. The cap is the prompt budget: 16 documents
+#: cut to ``doc_chars`` (2,000 characters) are at most ~8,000 tokens, which with the conversation and the reply
+#: fits a 16k-context judge; every pool we build fits whole (MTR-Bench clusters up to 11, StratRAG pools 15 with
+#: 2 golds, so 14 shown).
+MAX_CANDIDATES = 16
 
 
 class RatingReply(BaseModel):
@@ -105,9 +114,10 @@ class NegativeSampler:
     """Hard negatives for the discriminability test, per item (see the module docstring). Builds one retriever
     index per subset the first time an item without a pool needs it, and keeps it; thread-safe."""
 
-    def __init__(self, audit_set: AuditSet, retriever: str = "bm25") -> None:
+    def __init__(self, audit_set: AuditSet, retriever: str = "bm25", whole_pool: bool = True) -> None:
         self.audit_set = audit_set
         self.retriever = retriever
+        self.whole_pool = whole_pool
         self._indexes: dict[str, Retriever] = {}
         self._lock = threading.Lock()
 
@@ -115,8 +125,15 @@ class NegativeSampler:
         doc = self.audit_set.documents.get(item.domain, {}).get(doc_id)
         return doc is not None and doc.text != PAD_TEXT and doc_id not in {g.doc_id for g in item.gold}
 
+    def _usable_pool(self, item: AuditItem) -> list[str]:
+        return [d for d in item.pool or () if self._usable(item, d)]
+
     def _pooled(self, item: AuditItem, k: int) -> list[str]:
-        return [d for d in item.pool or () if self._usable(item, d)][:k]
+        return self._usable_pool(item)[:MAX_CANDIDATES - 1 if self.whole_pool else k]
+
+    def left_out(self, item: AuditItem, k: int = 7) -> int:
+        """Usable pool documents NOT shown: beyond the cap (whole pool) or beyond the first ``k``."""
+        return len(self._usable_pool(item)) - len(self._pooled(item, k))
 
     def source(self, item: AuditItem, k: int = 7) -> str:
         """Where the item's negatives come from: ``pool``, the retriever spec, or ``pool+SPEC`` (a topped-up pool)."""
@@ -135,17 +152,19 @@ class NegativeSampler:
         return [d for d in ranked[item.item_id] if self._usable(item, d) and d not in exclude][:k]
 
     def negatives(self, item: AuditItem, k: int = 7) -> list[str]:
-        """``k`` negative document ids (fewer only when the corpus runs out): the pool's first usable ones, then
-        the retriever's best for the current query; never a gold document or a placeholder."""
+        """Negative document ids: the pool's usable ones (all up to the cap, or the first ``k``), topped up to ``k``
+        (fewer only when the corpus runs out) with the retriever's best for the current query; never a gold
+        document or a placeholder."""
         chosen = self._pooled(item, k)
         if len(chosen) < k:
             chosen += self._retrieved(item, k - len(chosen), set(chosen))
         return chosen
 
 
-def negatives(item: AuditItem, audit_set: AuditSet, k: int = 7, retriever: str = "bm25") -> list[str]:
+def negatives(item: AuditItem, audit_set: AuditSet, k: int = 7, retriever: str = "bm25",
+              whole_pool: bool = True) -> list[str]:
     """One item's negatives (a one-off :class:`NegativeSampler`; keep a sampler to judge many items)."""
-    return NegativeSampler(audit_set, retriever).negatives(item, k)
+    return NegativeSampler(audit_set, retriever, whole_pool).negatives(item, k)
 
 
 @dataclass
@@ -227,7 +246,8 @@ class AnswerQuality(Dimension):
 
 
 class Completeness(Dimension):
-    """Comp.: one seeded gold among the hard negatives, shuffled; 1.0 when the judge names it, else 0.0."""
+    """Comp.: one seeded gold among the hard negatives (the whole pool up to the cap), shuffled; 1.0 when the judge
+    names it, else 0.0."""
 
     name = "completeness"
     prompt = "audit_discriminability"
@@ -249,6 +269,8 @@ class Completeness(Dimension):
         messages = load_prompt(self.prompt).render(query=item.query, history=_history(item), documents=docs)
         extra = {"gold_positions": [candidates.index(gold.doc_id) + 1], "candidates": candidates,
                  "negatives_source": self.sampler.source(item, self.k)}
+        if left := self.sampler.left_out(item, self.k):
+            extra["pool_left_out"] = left
         return [Request(item.item_id, self.name, messages, extra)]
 
     def schema(self, request: Request) -> type[BaseModel]:

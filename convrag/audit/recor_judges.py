@@ -3,8 +3,9 @@
 **Conversation level** (:func:`judge_conversation`; one judge call per conversation; ``item_id`` is the key that
 :func:`convrag.audit.items.conversations` gives it). Four whole-number scores on a 1-5 Likert scale, 5 best:
 
-* ``naturalness``: the user's wording reads like real speech (contractions, everyday words, hedges, casual
-  openers), not formal or template-like text;
+* ``naturalness``: the wording reads like real speech (contractions, everyday words, hedges, casual openers),
+  not formal or template-like text; profile ``authors`` (default) judges the whole conversation, questions and
+  replies, as RECOR's paper and code do; profile ``convrag`` the user's turns only;
 * ``turn_coherence``: each question follows from the reply before it, its references ("it", "that step") point
   to something already said, and the subject never jumps without a bridge;
 * ``question_quality``: the questions are distinct, specific, more than trivial, and together cover the topic;
@@ -21,14 +22,18 @@ conversation with no answer at all gets no groundedness verdict (nothing to grou
 ``{"rationale", "scores": {dimension: int}}`` (the schema asks for integers 1-5; validation is lenient so that
 each score is checked on its own); free-text replies end in lines such as ``Naturalness: 4`` (the last line per
 criterion counts; a JSON object in the reply is read first). A missing, fractional or out-of-range score makes
-that dimension's verdict unparseable and keeps the others.
+that dimension's verdict unparseable and keeps the others. Under ``authors`` the reply also carries RECOR's
+quoted evidence (structured: ``evidence: {dimension: {field: [quotes]}}`` before ``scores``; free text: one
+"Field name: "quote"; "quote"" line per field), kept in each verdict's ``extra["evidence"]``
+(:mod:`convrag.audit.recor_judges_profile`); evidence left out does not fail a score.
 
 **Turn level** (:func:`judge_turn`; one call per turn; label verdicts have ``score`` None):
 
-* ``kind="dependency"`` (dimension ``dependency_type``): the judge sees the earlier turns (answers cut as above)
-  and the current query. Labels: ``coreference`` (a pronoun or pointing word refers back), ``ellipsis`` (a
-  fragment completed from earlier turns), ``substitution`` (a general phrase such as "this process" stands for
-  something named earlier), ``continuation`` (a complete question on the same subject, no explicit link),
+* ``kind="dependency"`` (dimension ``dependency_type``): the judge sees the current query after the two previous
+  turns, replies in full (``authors``, as RECOR's code) or every earlier turn, replies cut as above
+  (``convrag``). Labels: ``coreference`` (a pronoun or pointing word refers back), ``ellipsis`` (a fragment
+  completed from earlier turns), ``substitution`` (a general phrase such as "this process" stands for something
+  named earlier), ``continuation`` (a complete question on the same subject, no explicit link),
   ``topic_shift`` (a new facet or subtopic of the theme), ``self_contained`` (understandable with no context).
   First turn: a turn without history is labelled ``self_contained`` by rule, with no call (``extra["rule"]``).
   RECOR's prompt gives that label to questions needing no context, "usually Turn 1", and its Table 29 counts
@@ -39,37 +44,42 @@ that dimension's verdict unparseable and keeps the others.
   ``confirm`` (verifying an understanding, yes/no), ``more_detail`` (deeper explanation of something already
   mentioned), ``example`` (concrete instances), ``effect`` (results, implications).
 
+Under ``authors`` a turn reply also quotes the deciding words (``evidence``, kept in ``extra["evidence"]``).
+
 Label reading (:func:`match_label`): case-insensitive, with space, hyphen and underscore interchangeable, so
 "Topic shift", "topic-shift" and "TOPIC_SHIFT" all read as ``topic_shift``; anything else is unparseable.
 
-**Distributions** (:func:`label_distribution`, :func:`normalized_entropy`): shares over the parsed verdicts;
-normalised entropy H / log k with H the Shannon entropy of the label shares and k the size of the label set (6 or
-9), not the number of labels observed: 0 when one label takes everything, 1 when all k are equally frequent.
-That is RECOR's normalisation: Table 29's counts give 0.775 (reported 0.77), Table 30's 0.906 (reported 0.91).
-
-**RECOR's reported figures** (for comparison; GPT-4o judge): Table 27 means naturalness 4.34, turn coherence
-4.97, question quality 4.42, groundedness 4.73 (humans on 200 conversations: 4.20, 4.62, 4.21, 4.45). Table 29
-dependency counts over 2,971 turns: continuation 1,028, coreference 859, self-contained 707, topic shift 326,
-substitution 41, ellipsis 10 (entropy 0.77). Table 30 pattern counts: how 571, effect 486, confirm 465, why 432,
-compare 411, what-if 329, what 206, example 50, more-detail 21 (entropy 0.91). Table 31 per domain (Nat, Coh, QQ,
-Grd, dependency entropy): biology 4.38 4.98 4.47 4.74 0.93; drones 4.59 4.97 4.51 4.76 0.96; earth science 4.33
-5.00 4.54 4.67 0.77; economics 4.12 4.97 4.41 4.62 0.86; hardware 4.57 4.80 4.44 4.74 0.87; law 4.34 5.00 4.47
-4.74 0.74; medical sciences 4.42 4.98 4.36 4.82 0.81; politics 4.39 4.95 4.30 4.81 0.88; psychology 4.45 5.00
-4.16 4.69 0.76; robotics 4.07 4.97 4.49 4.68 0.80; sustainable living 4.32 5.00 4.46 4.83 0.86.
+**Distributions** (:func:`convrag.audit.recor_judges_tables.label_distribution`): shares over the parsed
+verdicts; normalised entropy with H the Shannon entropy of the label shares: ``authors`` H / log m, m the number of
+labels observed (RECOR's code, per domain as in Table 31; one label observed gives 0); ``convrag`` H / log k, k
+the size of the label set (6 or 9). Where every label is observed the two agree: Table 29's counts give 0.775
+(reported 0.77), Table 30's 0.906 (reported 0.91); per domain, where labels are missing, only the first can
+reproduce Table 31. RECOR's reported figures (GPT-4o judge) are the ``RECOR_*`` constants of that module.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import re
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, create_model
 
 from convrag.audit.items import AuditItem, AuditSet, conversations
+from convrag.audit.recor_judges_profile import (
+    CONTEXT_TURNS,
+    DEFAULT_PROFILE,
+    EVIDENCE_LINES,
+    TURN_EVIDENCE,
+    check_profile,
+    context,
+    evidence_prompt,
+    evidence_schema,
+    read_evidence,
+    read_quote,
+)
+from convrag.audit.recor_judges_profile import normalized_entropy as normalized_entropy
 from convrag.audit.verdict import Verdict, judge_call
 from convrag.errors import ConvragError
 from convrag.evaluation.data import Folder
@@ -90,26 +100,10 @@ ANSWER_CHARS = 600
 #: documents (and RECOR's original query) longer than this many characters are cut
 DOCUMENT_CHARS = 800
 CONVERSATION_PARAMS = SamplingParams(temperature=0.0, max_tokens=400)
+#: the conversation reply with RECOR's eleven evidence lists (profile ``authors``) needs room for them
+EVIDENCE_CONVERSATION_PARAMS = SamplingParams(temperature=0.0, max_tokens=1000)
 TURN_PARAMS = SamplingParams(temperature=0.0, max_tokens=200)
 
-# RECOR's reported figures, quoted in the module docstring.
-RECOR_LLM_MEANS = {"naturalness": 4.34, "turn_coherence": 4.97, "question_quality": 4.42, "groundedness": 4.73}
-RECOR_HUMAN_MEANS = {"naturalness": 4.20, "turn_coherence": 4.62, "question_quality": 4.21, "groundedness": 4.45}
-RECOR_DEPENDENCY_COUNTS = {"continuation": 1028, "coreference": 859, "self_contained": 707, "topic_shift": 326,
-                           "substitution": 41, "ellipsis": 10}
-RECOR_DEPENDENCY_ENTROPY = 0.77
-RECOR_PATTERN_COUNTS = {"how": 571, "effect": 486, "confirm": 465, "why": 432, "compare": 411, "what_if": 329,
-                        "what": 206, "example": 50, "more_detail": 21}
-RECOR_PATTERN_ENTROPY = 0.91
-#: domain -> (naturalness, turn coherence, question quality, groundedness, dependency entropy)
-RECOR_DOMAINS = {
-    "biology": (4.38, 4.98, 4.47, 4.74, 0.93), "drones": (4.59, 4.97, 4.51, 4.76, 0.96),
-    "earth_science": (4.33, 5.00, 4.54, 4.67, 0.77), "economics": (4.12, 4.97, 4.41, 4.62, 0.86),
-    "hardware": (4.57, 4.80, 4.44, 4.74, 0.87), "law": (4.34, 5.00, 4.47, 4.74, 0.74),
-    "medicalsciences": (4.42, 4.98, 4.36, 4.82, 0.81), "politics": (4.39, 4.95, 4.30, 4.81, 0.88),
-    "psychology": (4.45, 5.00, 4.16, 4.69, 0.76), "robotics": (4.07, 4.97, 4.49, 4.68, 0.80),
-    "sustainable_living": (4.32, 5.00, 4.46, 4.83, 0.86),
-}
 
 _SCORE_NAMES = {"naturalness": r"naturalness", "turn_coherence": r"(?:turn[\s_-]*)?coherence",
                 "question_quality": r"question[\s_-]*quality", "groundedness": r"groundedness|grounding"}
@@ -140,23 +134,31 @@ def _strict(required: Sequence[str], types: dict[str, dict[str, Any]]) -> Callab
 
 
 @functools.lru_cache(maxsize=8)
-def scores_model(dimensions: tuple[str, ...] = DIMENSIONS) -> type[BaseModel]:
-    """The structured reply of the conversation judge: ``rationale`` then ``scores`` (one integer 1-5 per
-    dimension in the schema; any JSON value passes validation and is checked by :func:`judge_conversation`)."""
+def scores_model(dimensions: tuple[str, ...] = DIMENSIONS, evidence: bool = False) -> type[BaseModel]:
+    """The structured reply of the conversation judge: ``rationale``, with ``evidence`` the quoted-evidence lists
+    per dimension, then ``scores`` (one integer 1-5 per dimension in the schema; any JSON value passes validation
+    and is checked by :func:`judge_conversation`)."""
     scores = create_model("ConversationScoreSet", __config__=ConfigDict(json_schema_extra=_strict(
         dimensions, {d: {"type": "integer", "minimum": 1, "maximum": 5} for d in dimensions})),
         **{d: (Any, None) for d in dimensions})
-    return create_model("ConversationScores", __config__=ConfigDict(json_schema_extra=_strict(
-        ("rationale", "scores"), {"rationale": {"type": "string"}})), rationale=(str, ""), scores=(scores, ...))
+    names = ("rationale", "evidence", "scores") if evidence else ("rationale", "scores")
+    types = {"rationale": {"type": "string"}, **({"evidence": evidence_schema(dimensions)} if evidence else {})}
+    extra: dict[str, Any] = {"evidence": (Any, None)} if evidence else {}
+    return create_model("ConversationScores", __config__=ConfigDict(json_schema_extra=_strict(names, types)),
+                        rationale=(str, ""), **extra, scores=(scores, ...))
 
 
-@functools.lru_cache(maxsize=8)
-def label_model(dimension: str, labels: tuple[str, ...]) -> type[BaseModel]:
-    """The structured reply of a turn judge: ``rationale`` then the label field (an enum in the schema; any value
-    passes validation and is read by :func:`match_label`)."""
-    types = {"rationale": {"type": "string"}, dimension: {"type": "string", "enum": list(labels)}}
+@functools.lru_cache(maxsize=16)
+def label_model(dimension: str, labels: tuple[str, ...], evidence: bool = False) -> type[BaseModel]:
+    """The structured reply of a turn judge: ``rationale``, with ``evidence`` the deciding words quoted, then the
+    label field (an enum in the schema; any value passes validation and is read by :func:`match_label`)."""
+    names = ("rationale", TURN_EVIDENCE, dimension) if evidence else ("rationale", dimension)
+    types = {"rationale": {"type": "string"}, TURN_EVIDENCE: {"type": "string"},
+             dimension: {"type": "string", "enum": list(labels)}}
+    extra: dict[str, Any] = {TURN_EVIDENCE: (Any, None)} if evidence else {}
     return create_model(f"{dimension.title().replace('_', '')}Verdict", __config__=ConfigDict(
-        json_schema_extra=_strict(("rationale", dimension), types)), rationale=(str, ""), **{dimension: (Any, None)})
+        json_schema_extra=_strict(names, {n: types[n] for n in names})), rationale=(str, ""), **extra,
+        **{dimension: (Any, None)})
 
 
 def _json_object(text: str) -> dict[str, Any] | None:
@@ -223,9 +225,12 @@ def conversation_topic(audit_set: AuditSet, conversation_id: str) -> str | None:
     return topics.get(conversation_id)
 
 
-def conversation_fields(items: Sequence[AuditItem], audit_set: AuditSet) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The conversation prompt's fields (``turns``, ``dimensions``, ``documents``, ``topic``) for turns in order,
-    and what to record about them (turn ids, document ids, how many texts were cut)."""
+def conversation_fields(items: Sequence[AuditItem], audit_set: AuditSet,
+                        profile: str = DEFAULT_PROFILE) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The conversation prompt's fields (``turns``, ``dimensions``, ``documents``, ``topic``, and per ``profile``
+    ``whole_conversation`` and ``evidence``) for turns in order, and what to record about them (turn ids, document
+    ids, how many texts were cut, the profile)."""
+    authors = check_profile(profile) == "authors"
     keys: dict[str, str] = {}
     documents: list[dict[str, str]] = []
     turns: list[dict[str, Any]] = []
@@ -243,10 +248,11 @@ def conversation_fields(items: Sequence[AuditItem], audit_set: AuditSet) -> tupl
     dims = DIMENSIONS if any(t["answer"] for t in turns) else DIMENSIONS[:3]
     topic = conversation_topic(audit_set, items[0].conversation_id)
     fields = {"turns": turns, "dimensions": list(dims), "documents": documents,
-              "topic": _cut(topic, DOCUMENT_CHARS)[0] if topic else None}
+              "topic": _cut(topic, DOCUMENT_CHARS)[0] if topic else None, "whole_conversation": authors,
+              "evidence": evidence_prompt(dims) if authors else []}
     extra = {"domain": items[0].domain, "conversation_id": items[0].conversation_id,
              "turns": [it.item_id for it in items], "documents": list(keys), "answers_cut": answers_cut,
-             "documents_cut": documents_cut, "topic": topic is not None}
+             "documents_cut": documents_cut, "topic": topic is not None, "profile": profile}
     return fields, extra
 
 
@@ -263,29 +269,35 @@ def _without_lines(text: str, patterns: Iterable[re.Pattern[str]]) -> str:
     return text.strip()
 
 
-def judge_conversation(llm: LLM, conversation_items: Sequence[AuditItem], audit_set: AuditSet) -> list[Verdict]:
+def judge_conversation(llm: LLM, conversation_items: Sequence[AuditItem], audit_set: AuditSet,
+                       profile: str = DEFAULT_PROFILE) -> list[Verdict]:
     """One judge call for one conversation's turns; one :class:`Verdict` per dimension (groundedness only when
-    some turn has an answer), ``item_id`` = the conversation key, score 1-5 or None with the reason in ``error``."""
+    some turn has an answer), ``item_id`` = the conversation key, score 1-5 or None with the reason in ``error``;
+    under ``authors`` the dimension's quoted evidence in ``extra["evidence"]`` (``{field: [quotes]}``, the fields
+    the reply gave)."""
     grouped = conversations(conversation_items)
     if len(grouped) != 1:
         raise ConvragError(f"judge_conversation needs the turns of one conversation, got {len(grouped)}")
     key, items = next(iter(grouped.items()))
-    fields, extra = conversation_fields(items, audit_set)
+    fields, extra = conversation_fields(items, audit_set, profile)
     dims = tuple(fields["dimensions"])
+    evidence = bool(fields["evidence"])
     free_text = llm.free_text
     messages = load_prompt("audit_conversation_quality").render(
         **fields, free_text=free_text, answer_chars=ANSWER_CHARS, document_chars=DOCUMENT_CHARS)
-    value, rationale, raw, error = judge_call(llm, messages, scores_model(dims), lambda t: read_scores(t, dims),
-                                              params=CONVERSATION_PARAMS, free_text=free_text)
+    value, rationale, raw, error = judge_call(llm, messages, scores_model(dims, evidence),
+                                              lambda t: read_scores(t, dims), free_text=free_text,
+                                              params=EVIDENCE_CONVERSATION_PARAMS if evidence else CONVERSATION_PARAMS)
     if free_text:
-        rationale = _json_rationale(raw) or _without_lines(rationale, _SCORE_LINE.values())
+        rationale = _json_rationale(raw) or _without_lines(rationale, (*_SCORE_LINE.values(), *EVIDENCE_LINES))
+    quotes = read_evidence(_json_object(raw), raw, dims) if evidence else {}
     scores = value.model_dump() if isinstance(value, BaseModel) else value or {}
     out = []
     for d in dims:
         score, why = (None, None) if error else check_score(scores.get(d))
         problem = error or (f"unparseable: {d}: {why}" if why else None)
         out.append(Verdict(key, llm.spec, d, None if score is None else float(score), None, rationale, raw, problem,
-                           dict(extra)))
+                           {**extra, **({"evidence": quotes[d]} if evidence else {})}))
     return out
 
 
@@ -336,69 +348,36 @@ def read_label(text: str, field: str) -> str | None:
     return lines[-1].rsplit(":", 1)[-1].strip() if lines else None
 
 
-def judge_turn(llm: LLM, kind: str, item: AuditItem) -> Verdict:
+def judge_turn(llm: LLM, kind: str, item: AuditItem, profile: str = DEFAULT_PROFILE) -> Verdict:
     """One turn-level label (``kind`` "dependency" or "pattern", see the module docstring): ``label`` set, or
-    ``label`` None and ``error`` "unparseable: ..." / "call failed: ..."; ``score`` is always None."""
+    ``label`` None and ``error`` "unparseable: ..." / "call failed: ..."; ``score`` is always None. Under
+    ``authors`` the quoted deciding words are in ``extra["evidence"]`` (None when the reply gave none)."""
     if kind not in TURN_JUDGES:
         raise ConvragError(f"unknown turn judge {kind!r}: choose from {sorted(TURN_JUDGES)}")
     dimension, labels, prompt = TURN_JUDGES[kind]
-    extra: dict[str, Any] = {"domain": item.domain, "conversation_id": item.conversation_id, "turn": item.turn}
+    authors = check_profile(profile) == "authors"
+    extra: dict[str, Any] = {"domain": item.domain, "conversation_id": item.conversation_id, "turn": item.turn,
+                             "profile": profile}
     if kind == "dependency" and not item.history:
         return Verdict(item.item_id, llm.spec, dimension, None, FIRST_TURN_LABEL,
                        "first turn: there are no earlier turns to depend on", "", None, {**extra, "rule": "first turn"})
     free_text = llm.free_text
-    fields: dict[str, Any] = {"query": item.query, "free_text": free_text}
+    fields: dict[str, Any] = {"query": item.query, "free_text": free_text, "evidence": authors}
     if kind == "dependency":
-        fields["history"] = [(role, _cut(text, ANSWER_CHARS)[0] if role == "assistant" else text)
-                             for role, text in item.history]
-        fields["answer_chars"] = ANSWER_CHARS
+        cut = None if authors else ANSWER_CHARS  # RECOR's code shows its two turns in full
+        fields["history"] = [(role, _cut(text, cut)[0] if role == "assistant" and cut else text)
+                             for role, text in context(item.history, profile)]
+        fields.update(answer_chars=cut, context_turns=CONTEXT_TURNS if authors else None)
     messages = load_prompt(prompt).render(**fields)
-    value, rationale, raw, error = judge_call(llm, messages, label_model(dimension, labels),
+    value, rationale, raw, error = judge_call(llm, messages, label_model(dimension, labels, authors),
                                               lambda t: read_label(t, dimension), params=TURN_PARAMS,
                                               free_text=free_text)
     label = None if error else match_label(value, labels)
     if error is None and label is None:
         error = (f"unparseable: {value!r} is not one of the {dimension} labels" if value
                  else f"unparseable: the reply names no {dimension}")
-    if free_text and label is not None:  # the label line is not part of the reasoning
-        rationale = _json_rationale(raw) or rationale.rstrip().rpartition("\n")[0].strip()
+    if free_text and label is not None:  # the label and evidence lines are not part of the reasoning
+        rationale = _json_rationale(raw) or _without_lines(rationale.rstrip().rpartition("\n")[0], EVIDENCE_LINES)
+    if authors:
+        extra["evidence"] = read_quote(_json_object(raw), raw)
     return Verdict(item.item_id, llm.spec, dimension, None, label, rationale, raw, error, extra)
-
-
-def normalized_entropy(counts: Mapping[str, int] | Iterable[int], k: int) -> float | None:
-    """Shannon entropy of the distribution given by ``counts``, divided by ``log k`` (``k``: the size of the label
-    set, at least 2, not the number of labels observed): 0.0 when one label has every count, 1.0 when all ``k``
-    labels are equally frequent. None when the counts sum to 0 (no distribution)."""
-    values = list(counts.values()) if isinstance(counts, Mapping) else list(counts)
-    if k < 2:
-        raise ValueError(f"normalized entropy needs a label set of at least 2 labels, got k={k}")
-    if any(v < 0 for v in values):
-        raise ValueError(f"counts must not be negative: {values}")
-    nonzero = [v for v in values if v > 0]
-    if len(nonzero) > k:
-        raise ValueError(f"{len(nonzero)} labels observed but the label set has only k={k}")
-    total = sum(nonzero)
-    if total == 0:
-        return None
-    h = -sum(v / total * math.log(v / total) for v in nonzero)
-    return max(0.0, h / math.log(k))
-
-
-def label_distribution(verdicts: Iterable[Verdict], labels: Sequence[str]) -> dict[str, Any]:
-    """Label counts over the parsed verdicts (every label listed, zeros included), their ``shares`` of the parsed
-    verdicts (empty when none parsed), ``parsed``, ``unparseable`` (verdicts with an error, left out of counts and
-    shares) with ``errors`` by kind ("unparseable" / "call failed"), and the normalised ``entropy`` over the label
-    set (:func:`normalized_entropy` with k = ``len(labels)``). A parsed label outside ``labels`` is an error."""
-    counts = dict.fromkeys(labels, 0)
-    errors: Counter[str] = Counter()
-    for v in verdicts:
-        if v.error is not None or v.label is None:
-            errors[(v.error or "unparseable: no label").split(":", 1)[0]] += 1
-        elif v.label in counts:
-            counts[v.label] += 1
-        else:
-            raise ValueError(f"verdict {v.item_id}: label {v.label!r} is not in the label set {list(labels)}")
-    parsed = sum(counts.values())
-    return {"counts": counts, "shares": {lb: n / parsed for lb, n in counts.items()} if parsed else {},
-            "parsed": parsed, "unparseable": sum(errors.values()), "errors": dict(errors),
-            "entropy": normalized_entropy(counts, len(labels))}

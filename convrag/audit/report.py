@@ -2,8 +2,8 @@
 distributions, per-judge table) and ``heatmap.png`` (judge x dimension), from the verdicts of one or more folders.
 
 Every mean is ``metrics/audit``'s: per judge over readable verdicts, then the unweighted mean over judges.
-Comp. is an accuracy in [0, 1] (chance 1/8 with 8 candidates); the table also shows it x 5, the likely
-convention behind the paper's 5-point "Comp." column.
+Comp. is an accuracy in [0, 1] (chance 1/n with n candidates: the table shows the mean of 1/n); the table also
+shows it x 5, the likely convention behind the paper's 5-point "Comp." column.
 
 :func:`coverage` says, per benchmark and requested dimension, how many judge requests came back usable; a
 dimension asked about whose every request failed or was unreadable is an empty result (:func:`empty_dimensions`),
@@ -143,7 +143,8 @@ def render(summary: Mapping[str, Any]) -> str:
     for name, agg in _rows(summary):
         lines.append(f"| {name} | " + " | ".join(_cell(agg["overall"].get(d, {}).get("mean"))
                                                    for d in recor_judges.DIMENSIONS) + " |")
-    lines += ["", "## Turn labels (RECOR Tables 29-30): share of turns, normalised entropy H / log K", ""]
+    divisor = summary.get("entropy_denominator") or "log of the label-set size"
+    lines += ["", f"## Turn labels (RECOR Tables 29-30): share of turns, normalised entropy H / ({divisor})", ""]
     for name, bench in summary["benchmarks"].items():
         for dim, by_judge in bench["all"]["labels"].items():
             for judge, slot in by_judge.items():

@@ -73,12 +73,15 @@ class Unit:
 
 
 def plan(audit_set: AuditSet, dimensions: Sequence[str], *, seed: int = 0, negatives: int = 7,
-         negative_retriever: str = "bm25") -> list[Unit]:
-    """Every judge task of one folder for the chosen dimensions, in a stable order."""
+         negative_retriever: str = "bm25", whole_pool: bool = True,
+         profile: str = recor_judges.DEFAULT_PROFILE) -> list[Unit]:
+    """Every judge task of one folder for the chosen dimensions, in a stable order (``whole_pool``: completeness
+    shows an item's whole candidate pool, see :mod:`convrag.audit.mtr_eval`; ``profile``: the readings of RECOR's
+    judges, see :mod:`convrag.audit.recor_judges_profile`)."""
     units: list[Unit] = []
     mtr_dims = [d for d in dimensions if d in mtr_eval.DIMENSIONS]
     if mtr_dims:
-        sampler = mtr_eval.NegativeSampler(audit_set, retriever=negative_retriever)
+        sampler = mtr_eval.NegativeSampler(audit_set, retriever=negative_retriever, whole_pool=whole_pool)
         objects = {d: mtr_eval.make_dimension(d, sampler=sampler, k=negatives, seed=seed) for d in mtr_dims}
         for d in mtr_dims:
             reason = "no usable hard negative" if d == "completeness" else "no reference answer"
@@ -89,13 +92,13 @@ def plan(audit_set: AuditSet, dimensions: Sequence[str], *, seed: int = 0, negat
     if conv_dims:
         for key, items in conversations(audit_set.items).items():
             units.append(Unit(f"{key}|conversation", "conversation", lambda llm, items=items: [
-                v for v in recor_judges.judge_conversation(llm, items, audit_set) if v.dimension in conv_dims]
+                v for v in recor_judges.judge_conversation(llm, items, audit_set, profile) if v.dimension in conv_dims]
                 or None, "no answers to judge groundedness on"))
     for d, kind in TURN_DIMENSIONS.items():
         if d in dimensions:
             for item in audit_set.items:
                 units.append(Unit(f"{item.item_id}|{d}", d, lambda llm, kind=kind, item=item: [
-                    recor_judges.judge_turn(llm, kind, item)]))
+                    recor_judges.judge_turn(llm, kind, item, profile)]))
     return units
 
 
@@ -104,11 +107,17 @@ def _slug(spec: str) -> str:
 
 
 def make_judges(specs: Sequence[str], cache: str | os.PathLike | None = None, concurrency: int = 4) -> list[LLM]:
-    """One LLM per spec, each with its own cache folder under ``cache`` (default: the LLM layer's)."""
+    """One LLM per spec, each with its own cache folder under ``cache`` (default: the LLM layer's), named as
+    :func:`~convrag.metrics.audit.aggregate.judge_names` says (specs differing only after ``;`` stay apart)."""
+    from convrag.metrics.audit.aggregate import judge_names
+
     if len(set(specs)) != len(specs):
         raise ConvragError(f"--judge: a spec is given twice ({', '.join(specs)})")
     root = Path(cache) if cache is not None else default_cache_dir() / "audit"
-    return [get_llm(spec, cache=DiskCache(root / _slug(spec)), max_concurrency=concurrency) for spec in specs]
+    judges = [get_llm(spec, cache=DiskCache(root / _slug(spec)), max_concurrency=concurrency) for spec in specs]
+    for llm, name in zip(judges, judge_names(specs), strict=True):
+        llm.spec = name
+    return judges
 
 
 @dataclass
@@ -121,9 +130,10 @@ class AuditRun:
 
 
 def run_audit(audit_set: AuditSet, judges: Sequence[LLM], dimensions: Sequence[str], *, seed: int = 0,
-              negatives: int = 7, concurrency: int = 4, progress: bool = True) -> AuditRun:
+              negatives: int = 7, concurrency: int = 4, progress: bool = True, whole_pool: bool = True,
+              profile: str = recor_judges.DEFAULT_PROFILE) -> AuditRun:
     """Run every judge over every unit; an endpoint that stays down stops the run (EndpointUnreachable)."""
-    units = plan(audit_set, dimensions, seed=seed, negatives=negatives)
+    units = plan(audit_set, dimensions, seed=seed, negatives=negatives, whole_pool=whole_pool, profile=profile)
     result = AuditRun(audit_set)
     for n, llm in enumerate(judges):
         with scope(audit_set.benchmark, llm.spec):  # e.g. "recor · openai:MODEL: judging labels"
@@ -144,7 +154,8 @@ def run_audit(audit_set: AuditSet, judges: Sequence[LLM], dimensions: Sequence[s
 
 
 def estimate(audit_set: AuditSet, specs: Sequence[str], dimensions: Sequence[str], *, seed: int = 0,
-             negatives: int = 7) -> list[dict[str, Any]]:
+             negatives: int = 7, whole_pool: bool = True,
+             profile: str = recor_judges.DEFAULT_PROFILE) -> list[dict[str, Any]]:
     """Calls, prompt tokens (the real prompts, characters / 4) and cost per judge, without calling any model:
     every unit runs against a stand-in that records the prompts."""
     chars = Counter()
@@ -156,7 +167,7 @@ def estimate(audit_set: AuditSet, specs: Sequence[str], dimensions: Sequence[str
         return "**Rating:** 3 [1]"
 
     stand_in = LLM(FakeBackend(responder=record), cache=False, spec="dry-run")
-    for unit in plan(audit_set, dimensions, seed=seed, negatives=negatives):
+    for unit in plan(audit_set, dimensions, seed=seed, negatives=negatives, whole_pool=whole_pool, profile=profile):
         unit.call(stand_in)
     prices = load_prices()
     rows = []

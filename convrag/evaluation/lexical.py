@@ -1,6 +1,7 @@
 """Lexical overlap of a generated answer with the turn's reference answer: ROUGE-L, METEOR, BERTScore F1.
 
-* ``rouge-l``: ROUGE-L F-measure (``rouge_score``, no stemming), prediction scored against the reference.
+* ``rouge-l``: ROUGE-L F-measure (``rouge_score``), prediction scored against the reference; with rouge-score's
+  Porter stemmer (``use_stemmer=True``, as RECOR's authors score) when the scorer is made with ``stem=True``.
 * ``meteor``: nltk's ``meteor_score`` (alpha 0.9, beta 3, gamma 0.5: nltk's defaults) over lower-cased word and
   punctuation tokens (regex ``\\w+|[^\\w\\s]``; nltk's own tokenizer needs the ``punkt`` data). It matches
   synonyms through WordNet, which is nltk *data*, not part of the ``nltk`` package: ``nltk.download('wordnet')``
@@ -62,11 +63,13 @@ class LexicalScorer:
     """Scores many (prediction, reference) pairs with the chosen ``metrics``.
 
     ``bertscorer``: a ``BertScorer`` (default: one on the bundled all-MiniLM-L6-v2, made on first use).
+    ``stem``: ROUGE-L with rouge-score's Porter stemmer.
     ``unavailable`` maps a metric that cannot be computed here to the reason (METEOR without WordNet).
     """
 
-    def __init__(self, metrics: Sequence[str] = LEXICAL_METRICS, bertscorer: Any = None) -> None:
+    def __init__(self, metrics: Sequence[str] = LEXICAL_METRICS, bertscorer: Any = None, stem: bool = False) -> None:
         self.metrics = tuple(metrics)
+        self.stem = stem
         self._bert = bertscorer
         self.unavailable: dict[str, str] = {}
         if "meteor" in self.metrics:
@@ -90,7 +93,7 @@ class LexicalScorer:
         """Settings behind the numbers (BERTScore model, METEOR tokenisation) and what is not available."""
         out: dict[str, Any] = {"metrics": list(self.metrics), "unavailable": dict(self.unavailable)}
         if "rouge-l" in self.metrics:
-            out["rouge-l"] = "rouge_score ROUGE-L F-measure, no stemming"
+            out["rouge-l"] = "rouge_score ROUGE-L F-measure, " + ("Porter stemming" if self.stem else "no stemming")
         if "meteor" in self.metrics:
             out["meteor"] = "nltk meteor_score (defaults), lower-cased regex tokens"
         if "bertscore" in self.metrics:
@@ -115,7 +118,7 @@ class LexicalScorer:
                     values[i] = v
                 out[metric] = values
             else:
-                fn = rouge_l if metric == "rouge-l" else meteor
+                fn = (lambda p, r: rouge_l(p, r, stem=self.stem)) if metric == "rouge-l" else meteor
                 out[metric] = [fn(p, r) if good else None for p, r, good in zip(predictions, references, ok,
                                                                                   strict=True)]  # fmt: skip
         return out

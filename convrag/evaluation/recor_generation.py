@@ -8,15 +8,15 @@ overlap with the reference answer, and the link between retrieval quality and an
 
 Judge. Every answer is rated by the ``gen_recor_judge`` prompt on Correctness, Completeness, Relevance and
 Coherence, plus Faithfulness when passages were given to the generator (``oracle`` / ``retrieved`` modes; a
-``none`` mode answer has no passages to be faithful to), each an integer 1-5 (validated; the LLM layer re-asks on
-an invalid reply). Several judges: the per-dimension median. A judge call that still fails is counted and listed
-by task id, and that turn is left out of every mean: it is never given a score.
+``none`` mode answer has no passages to be faithful to), each an integer on the profile's scale (validated; the LLM
+layer re-asks on an invalid reply). Several judges: the per-dimension median. A judge call that still fails is
+counted and listed by task id, and that turn is left out of every mean: it is never given a score.
 
-Normalisation. A 1-5 grade s becomes (s - 1) / 4, so 1 -> 0.0, 3 -> 0.5, 5 -> 1.0. The paper reports 0-1 scores
-without its formula; this linear map is the one that sends both ends of the scale to the ends of [0, 1] (s / 5
-would make the worst grade 0.2). A turn's judge average is the mean of its normalised dimensions (4 without
-passages, 5 with). Aggregation (see :mod:`convrag.evaluation.recor_generation_tables`): mean within each domain,
-then the mean over domains (macro); a benchmark without domains is one group ``all``.
+Scale and normalisation depend on the profile (:mod:`convrag.evaluation.recor_generation_profile`): ``authors``
+(default) grades 1-10 with level anchors and no earlier turns and divides by 10; ``convrag`` grades 1-5 with the
+earlier turns and maps s to (s - 1) / 4. A turn's judge average is the mean of its normalised dimensions (4
+without passages, 5 with). Aggregation (see :mod:`convrag.evaluation.recor_generation_tables`): mean within each
+domain, then the mean over domains (macro); a benchmark without domains is one group ``all``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import Any
 from pydantic import BaseModel, Field, model_validator
 
 from convrag.errors import ConvragError, DataError
+from convrag.evaluation.recor_generation_profile import DEFAULT_PROFILE, comparability, get_profile
 from convrag.jsonl import read_jsonl
 from convrag.llm import LLM, EndpointUnreachable, LLMError, load_prompt, run_batch
 from convrag.metrics.generation.judges import lower_keys
@@ -40,9 +41,9 @@ PROMPT = "gen_recor_judge"
 ALL_GROUP = "all"
 
 
-def normalise(grade: float) -> float:
-    """A 1-5 grade mapped linearly onto 0-1: (grade - 1) / 4."""
-    return (float(grade) - 1.0) / 4.0
+def normalise(grade: float, profile: str = DEFAULT_PROFILE) -> float:
+    """A grade on 0-1: grade / 10 on the authors' 1-10 scale, (grade - 1) / 4 on convrag's 1-5 scale."""
+    return get_profile(profile).normalise(grade)
 
 
 def turn_bucket(turn: int) -> str:
@@ -51,8 +52,8 @@ def turn_bucket(turn: int) -> str:
 
 
 class JudgeGrades(BaseModel):
-    """The judge's reply when the generator had no passages (no faithfulness). Field names are read without
-    regard to case (``"Correctness": 4`` is correctness)."""
+    """convrag's 1-5 scale, the judge's reply when the generator had no passages (no faithfulness). Field names are
+    read without regard to case (``"Correctness": 4`` is correctness)."""
 
     correctness: int = Field(ge=1, le=5)
     completeness: int = Field(ge=1, le=5)
@@ -64,9 +65,32 @@ class JudgeGrades(BaseModel):
 
 
 class JudgeGradesWithPassages(JudgeGrades):
-    """The judge's reply when passages were given: faithfulness is required too."""
+    """convrag's 1-5 scale with passages: faithfulness is required too."""
 
     faithfulness: int = Field(ge=1, le=5)
+
+
+class TenPointGrades(BaseModel):
+    """The authors' scale, no passages: an integer 1-10 per dimension (names read without regard to case)."""
+
+    correctness: int = Field(ge=1, le=10)
+    completeness: int = Field(ge=1, le=10)
+    relevance: int = Field(ge=1, le=10)
+    coherence: int = Field(ge=1, le=10)
+    rationale: str = Field(default="", max_length=1000)
+
+    _keys = model_validator(mode="before")(lower_keys)
+
+
+class TenPointGradesWithPassages(TenPointGrades):
+    """The authors' scale with passages: faithfulness 1-10 too."""
+
+    faithfulness: int = Field(ge=1, le=10)
+
+
+SCHEMAS: dict[str, tuple[type[BaseModel], type[BaseModel]]] = {
+    "authors": (TenPointGrades, TenPointGradesWithPassages),
+    "convrag": (JudgeGrades, JudgeGradesWithPassages)}
 
 
 # -- the benchmark --------------------------------------------------------------------------------------------
@@ -85,7 +109,8 @@ class Reference:
 
 @dataclass
 class Benchmark:
-    """The turns of a built folder (in order), their qrels (query -> doc -> grade) and domains."""
+    """The turns of a built folder (in order), their qrels (query -> doc -> grade) and domains; ``report``: the
+    evaluation profile's report kind (``recor`` for RECOR, whose paper has generation tables to compare with)."""
 
     folder: str
     split: str
@@ -93,6 +118,7 @@ class Benchmark:
     qrels: dict[str, dict[str, int]]
     domains: list[str]
     name: str = ""
+    report: str = ""
 
 
 def read_benchmark(folder: str | Path, split: str | None = None) -> Benchmark:
@@ -128,7 +154,7 @@ def read_benchmark(folder: str | Path, split: str | None = None) -> Benchmark:
         refs[t.qid] = Reference(t.qid, t.conversation_id, t.position, t.domain, t.query, t.history_string(), answer)
     qrels = {q: dict(j) for per in data.qrels.values() for q, j in per.items()}
     return Benchmark(str(folder), data.split, refs, qrels, [s or ALL_GROUP for s in data.subsets],
-                     str(manifest.get("benchmark") or ""))
+                     str(manifest.get("benchmark") or ""), profile.report)
 
 
 # -- predictions ----------------------------------------------------------------------------------------------
@@ -233,7 +259,8 @@ class JudgeItem:
 
 @dataclass
 class JudgeOutcome:
-    """Grades (1-5, median over judges) of the judged dimensions, or the failure that left the turn unscored."""
+    """Grades (on the profile's scale, median over judges) of the judged dimensions, or the failure that left the
+    turn unscored."""
 
     grades: dict[str, float] = field(default_factory=dict)
     rationale: str = ""
@@ -244,24 +271,28 @@ class JudgeOutcome:
         return self.failure is None
 
 
-def judge_messages(item: JudgeItem) -> list[dict[str, str]]:
-    """The rendered ``gen_recor_judge`` prompt for one answer."""
-    return load_prompt(PROMPT).render(question=item.question, history=item.history, reference=item.reference,
-                                      passages=list(item.passages), answer=item.answer)  # fmt: skip
+def judge_messages(item: JudgeItem, profile: str = DEFAULT_PROFILE) -> list[dict[str, str]]:
+    """The rendered ``gen_recor_judge`` prompt for one answer; the earlier turns only where the profile shows them
+    (``convrag``; the authors' judge sees none)."""
+    history = item.history if get_profile(profile).history else ""
+    return load_prompt(PROMPT).render(question=item.question, history=history, reference=item.reference,
+                                      passages=list(item.passages), answer=item.answer, profile=profile)  # fmt: skip
 
 
 def judge_answers(items: Sequence[JudgeItem], judges: Sequence[LLM], *, concurrency: int = 4, max_tokens: int = 300,
-                  on_done: Callable[[], None] | None = None) -> list[JudgeOutcome]:
-    """Judge every item with every judge (bounded concurrency, the judges' caches). A turn is graded only when
-    every judge answered validly; otherwise its outcome carries the failure (judge spec and reason)."""
+                  on_done: Callable[[], None] | None = None, profile: str = DEFAULT_PROFILE) -> list[JudgeOutcome]:
+    """Judge every item with every judge (bounded concurrency, the judges' caches) on the ``profile``'s scale. A
+    turn is graded only when every judge answered validly; otherwise its outcome carries the failure (judge spec
+    and reason)."""
+    plain, with_passages = SCHEMAS[get_profile(profile).name]
 
     def one(item: JudgeItem) -> JudgeOutcome:
-        schema = JudgeGradesWithPassages if item.passages else JudgeGrades
+        schema = with_passages if item.passages else plain
         dims = [d for d in DIMENSIONS if d != "faithfulness" or item.passages]
         replies, failures = [], []
         for llm in judges:
             try:
-                replies.append(llm.structured(judge_messages(item), schema, max_tokens=max_tokens).value)
+                replies.append(llm.structured(judge_messages(item, profile), schema, max_tokens=max_tokens).value)
             except EndpointUnreachable:
                 raise  # a dead endpoint stops the batch (run_batch) instead of failing every turn
             except LLMError as err:
@@ -281,8 +312,12 @@ def judge_answers(items: Sequence[JudgeItem], judges: Sequence[LLM], *, concurre
 # -- scoring --------------------------------------------------------------------------------------------------
 def score_generation(bench: Benchmark, files: Sequence[PredictionFile], judges: Sequence[LLM], *,
                      lexical: Any = None, run: str | None = None, concurrency: int = 4, max_tokens: int = 300,
-                     progress: bool = False) -> dict[str, Any]:
+                     progress: bool = False, profile: str = DEFAULT_PROFILE) -> dict[str, Any]:
     """Judge and (optionally) lexically score every file; returns ``{"per_turn": rows, "summary": {...}}``.
+
+    ``profile``: the judge scale and settings (``authors`` or ``convrag``). The summary's ``comparability`` says
+    which scale and settings were used and whether the figures are comparable with RECOR's tables (only a
+    benchmark whose report kind is ``recor`` can be).
 
     ``lexical``: a :class:`convrag.evaluation.lexical.LexicalScorer` or None. ``run``: a TREC run used for the
     nDCG@10 of every retrieved-mode file (default: the run ``convrag generate`` wrote beside each such file,
@@ -291,6 +326,7 @@ def score_generation(bench: Benchmark, files: Sequence[PredictionFile], judges: 
     from convrag.evaluation.recor_generation_tables import run_ndcg, summarise
     from convrag.llm.spec import is_placeholder
 
+    prof = get_profile(profile)
     if run is not None and not any(f.mode == "retrieved" for f in files):
         raise ConvragError("--run scores the retrieval behind retrieved-mode answers: give a retrieved-mode "
                            "predictions file")  # fmt: skip
@@ -319,7 +355,7 @@ def score_generation(bench: Benchmark, files: Sequence[PredictionFile], judges: 
         bar = tqdm(total=len(items), desc=label(f"judging {len(files)} answer files", bench.name), unit="answer")
     try:
         outcomes = judge_answers(items, judges, concurrency=concurrency, max_tokens=max_tokens,
-                                 on_done=bar.update if bar is not None else None)  # fmt: skip
+                                 on_done=bar.update if bar is not None else None, profile=prof.name)  # fmt: skip
     finally:
         if bar is not None:
             bar.close()
@@ -333,8 +369,8 @@ def score_generation(bench: Benchmark, files: Sequence[PredictionFile], judges: 
             "file": f.path, "generator": f.generator, "mode": f.mode, "task_id": p.task_id,
             "conversation_id": ref.conversation_id, "turn": ref.turn, "position": turn_bucket(ref.turn),
             "domain": ref.domain or ALL_GROUP, "judged": out.ok, "failure": out.failure,
-            "grades": out.grades, "normalised": {d: normalise(g) for d, g in out.grades.items()},
-            "judge_average": (statistics.fmean(normalise(g) for g in out.grades.values()) if out.ok else None),
+            "grades": out.grades, "normalised": {d: prof.normalise(g) for d, g in out.grades.items()},
+            "judge_average": (statistics.fmean(prof.normalise(g) for g in out.grades.values()) if out.ok else None),
             "lexical": {m: v[i] for m, v in lex.items()},
             **({"ndcg@10": ndcg.get((f.path, p.task_id))} if f.path in runs else {}),
             "rationale": out.rationale,
@@ -342,59 +378,9 @@ def score_generation(bench: Benchmark, files: Sequence[PredictionFile], judges: 
     judge_info = {"judges": [j.spec for j in judges], "models": [j.backend.model for j in judges],
                   "placeholder": any(is_placeholder(j) for j in judges), "prompt": PROMPT,
                   "combine": "per-dimension median" if len(judges) > 1 else "single judge"}  # fmt: skip
-    summary = summarise(rows, files, bench, judge_info, lexical.describe() if lexical is not None else None, runs)
+    described = lexical.describe() if lexical is not None else None
+    scoring = {"profile": prof.name, "normalisation": prof.normalisation,
+               "comparability": comparability(prof, bench.report == "recor", judge_info, described)}
+    summary = summarise(rows, files, bench, judge_info, described, runs, scoring)
     summary["llm_report"] = {j.spec: j.report.to_dict() for j in judges}
     return {"per_turn": rows, "summary": summary}
-
-
-def run_command(args: Any, judges: Sequence[str]) -> int:
-    """``convrag evaluate-generation`` for a built folder whose profile has ``generation: judge``: every input is
-    read and checked before the first judge call; nothing is written unless scoring succeeds."""
-    from convrag.evaluation.lexical import LexicalScorer, parse_metrics
-    from convrag.evaluation.recor_generation_tables import render_tables, write_outputs
-    from convrag.llm import get_llm
-    from convrag.llm.spec import PLACEHOLDER_WARNING, REAL_MODEL_HINT, is_placeholder
-    from convrag.progress import wanted
-
-    if not args.predictions:
-        raise ConvragError("--predictions FILE is required (one per generator x mode; repeat the flag)")
-    if getattr(args, "prompt", None):
-        raise ConvragError(f"--prompt replaces MTRAG judge prompts; to change this benchmark's judge prompt, put a "
-                           f"{PROMPT}.yaml in a folder on $CONVRAG_PROMPTS_PATH")  # fmt: skip
-    for flag, value in (("--concurrency", args.concurrency), ("--max-tokens", args.max_tokens)):
-        if value < 1:
-            raise ConvragError(f"{flag} must be at least 1, got {value}")
-    try:
-        metrics = parse_metrics(args.lexical) if args.lexical else ()
-    except ValueError as err:
-        raise ConvragError(f"--lexical: {err}") from None
-    if args.run is not None and not Path(args.run).is_file():
-        raise ConvragError(f"--run {args.run}: no such file")
-    if len(set(args.predictions)) != len(args.predictions):
-        raise ConvragError("the same --predictions file is given twice")
-    bench = read_benchmark(args.source, split=args.split)
-    files = [read_predictions(p, bench, allow_missing=args.allow_missing) for p in args.predictions]
-    pairs = [(f.generator, f.mode) for f in files]
-    twice = sorted({p for p in pairs if pairs.count(p) > 1})
-    if twice:
-        raise ConvragError(f"two predictions files hold generator {twice[0][0]!r} in mode {twice[0][1]!r}")
-    lexical = None
-    if metrics:
-        bert = None
-        if "bertscore" in metrics and (args.bertscore_model or args.bertscore_layers or args.rescale):
-            from convrag.metrics.generation.components import BertScorer
-
-            bert = BertScorer(model=args.bertscore_model, num_layers=args.bertscore_layers,
-                              rescale_with_baseline=args.rescale)  # fmt: skip
-        lexical = LexicalScorer(metrics, bertscorer=bert)
-    llms = [get_llm(j, cache=args.cache) if args.cache else get_llm(j) for j in judges]
-    result = score_generation(bench, files, llms, lexical=lexical, run=args.run, concurrency=args.concurrency,
-                              max_tokens=args.max_tokens, progress=wanted(args.no_progress))  # fmt: skip
-    write_outputs(result, args.out, digits=args.digits)
-    print(render_tables(result, digits=args.digits))
-    for spec, llm in zip(judges, llms, strict=True):
-        print(f"{spec}: {llm.report.summary()}")
-    print(f"Wrote {args.out}/per_turn.jsonl, results.json, results.md and llm_report.json")
-    if any(is_placeholder(j) for j in judges):
-        print(f"\nWarning: {PLACEHOLDER_WARNING}. To measure, {REAL_MODEL_HINT.replace('point it', 'point --judge')}.")
-    return 0

@@ -6,12 +6,19 @@ that have a value (RECOR section 4.1.1, used again in 4.2); turns whose judge ca
 mean (judge, dimensions, lexical, nDCG), and so are values that are None (an empty reference, say). Turn
 positions are T1..T4 and T5+. Correlations are Pearson's r (``scipy.stats.pearsonr``): across domains
 (domain nDCG@10 vs domain judge average, over the turns that have both; needs >= 3 domains) and across turns.
+
+Table 26 (model size by family): generators are grouped into families by the leading letters of their model name
+(the spec's part before ``@``, after the last ``/`` or ``:``, a leading ``Meta-`` dropped; ``Qwen2.5-72B-Instruct``
+-> ``Qwen``, case ignored),
+families with at least two generators are shown, each sorted by the size in its name (``72B``) from largest;
+RAG delta = (Retrieved - NoRetrieval judge average) x 100, where the generator has both modes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -28,8 +35,8 @@ MODE_LABELS = {"oracle": "Oracle", "retrieved": "Retrieved", "none": "NoRetrieva
 MODE_TABLE = {"retrieved": "7", "oracle": "21", "none": "22"}
 LEXICAL_LABELS = {"rouge-l": "ROUGE-L", "meteor": "METEOR", "bertscore": "BERT-F1"}
 BUCKETS = ("T1", "T2", "T3", "T4", "T5+")
-NORMALISATION = ("1-5 grades normalised as (s - 1) / 4 (1 -> 0, 5 -> 1); a turn's judge average is the mean of its "
-                 "judged dimensions (4 in NoRetrieval mode, 5 with passages); means are macro over domains")
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*[bB](?![a-zA-Z])")
+_FAMILY = re.compile(r"[A-Za-z]+")
 
 
 def macro(rows: Sequence[Mapping[str, Any]], value: Callable[[Mapping[str, Any]], float | None],
@@ -95,10 +102,33 @@ def run_ndcg(path: str, bench: Any, qids: Sequence[str]) -> dict[str, float | No
     return {q: per[q]["nDCG@10"] if q in per else None for q in qids}
 
 
+def model_name(generator: str) -> str:
+    """The model part of a generator label: before ``@``, after the last ``/`` or ``:``."""
+    return re.split(r"[/:]", generator.split("@", 1)[0])[-1].strip()
+
+
+def family_of(generator: str) -> tuple[str, float | None]:
+    """(family, size in billions or None) of a generator label, e.g. ``openai:Qwen/Qwen2.5-7B@http://h/v1`` ->
+    ``("qwen", 7.0)``: the family is the model name's leading letters, lower-cased."""
+    name = model_name(generator)
+    found = _FAMILY.match(re.sub(r"^meta-", "", name, flags=re.I))
+    size = _SIZE.search(name)
+    return (found.group(0).lower() if found else name.lower()), (float(size.group(1)) if size else None)
+
+
+def size_families(generators: Sequence[str]) -> dict[str, list[str]]:
+    """Families of Table 26 (two or more generators), each sorted from the largest size (unknown sizes last)."""
+    by: dict[str, list[str]] = {}
+    for g in generators:
+        by.setdefault(family_of(g)[0], []).append(g)
+    return {f: sorted(gs, key=lambda g: (-(family_of(g)[1] or -1.0), g)) for f, gs in by.items() if len(gs) > 1}
+
+
 def summarise(rows: Sequence[Mapping[str, Any]], files: Sequence[Any], bench: Any, judge: Mapping[str, Any],
-              lexical: Mapping[str, Any] | None, runs: Mapping[str, str]) -> dict[str, Any]:
+              lexical: Mapping[str, Any] | None, runs: Mapping[str, str], scoring: Mapping[str, Any]) -> dict[str, Any]:
     """The JSON summary: one entry per predictions file (generator x mode) with judge, dimension, lexical and
-    turn-position means, failures and missing turns, and the correlation where a run was given."""
+    turn-position means, failures and missing turns, and the correlation where a run was given. ``scoring``: the
+    profile, its normalisation in words and the comparability with RECOR's tables."""
     domains = list(bench.domains)
     systems = []
     for f in files:
@@ -123,7 +153,8 @@ def summarise(rows: Sequence[Mapping[str, Any]], files: Sequence[Any], bench: An
         systems.append(entry)
     return {
         "benchmark": bench.name, "folder": bench.folder, "split": bench.split, "domains": domains,
-        "judge": dict(judge), "normalisation": NORMALISATION, "lexical": lexical, "systems": systems,
+        "profile": scoring["profile"], "comparability": dict(scoring["comparability"]),
+        "judge": dict(judge), "normalisation": scoring["normalisation"], "lexical": lexical, "systems": systems,
         "counts": {"turns": len(rows), "judged": sum(r["judged"] for r in rows),
                    "judge_failures": sum(not r["judged"] for r in rows),
                    "missing_predictions": sum(len(f.missing) for f in files)},
@@ -139,10 +170,12 @@ def _table(head: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in body), ""]
 
 
-def _notes(s: Mapping[str, Any]) -> list[str]:
+def _notes(s: Mapping[str, Any], settings_line: bool) -> list[str]:
     judge, counts = s["judge"], s["counts"]
     lines = [f"Judge: {', '.join(judge['judges'])} ({judge['combine']}), prompt {judge['prompt']}.",
              f"Scores: {s['normalisation']}."]
+    if settings_line:
+        lines.append(s["comparability"]["line"])
     if judge.get("placeholder"):
         lines.append(f"**Warning: {PLACEHOLDER_WARNING}.**")
     if counts["judge_failures"]:
@@ -162,11 +195,29 @@ def _by_mode(s: Mapping[str, Any]) -> dict[str, list[Mapping[str, Any]]]:
     return out
 
 
-def render_tables(result: Mapping[str, Any], digits: int = 3) -> str:
-    """Markdown in the shape of RECOR's Tables 7/21/22, 8, 23, 24, 25, 9 and Figure 3 (as a table)."""
+def _table_26(generators: Sequence[str], cell: Mapping[tuple[str, str], float | None], digits: int) -> list[str]:
+    lines = ["### Table 26: model size by family (macro over domains; RAG delta = (Retrieved - NoRetrieval) x 100)",
+             ""]
+    families = size_families(generators)
+    if not families:
+        return [*lines, "No family with two or more generators (family: the model name's leading letters).", ""]
+    body = []
+    for family, members in families.items():
+        body.append([f"*{family} family*", "", "", "", ""])
+        for g in members:
+            ret, none = cell.get((g, "retrieved")), cell.get((g, "none"))
+            delta = "-" if ret is None or none is None else f"{(ret - none) * 100:+.1f}"
+            body.append([model_name(g), *[_n(cell.get((g, m)), digits) for m in ("oracle", "retrieved", "none")],
+                         delta])
+    return lines + _table(["Model", "Oracle", "Retr.", "No.Retr.", "RAG delta"], body)
+
+
+def render_tables(result: Mapping[str, Any], digits: int = 3, settings_line: bool = True) -> str:
+    """Markdown in the shape of RECOR's Tables 7/21/22, 8, 23, 24, 25, 26, 9 and Figure 3 (as a table);
+    ``settings_line``: put the scale / comparability line among the notes (the command prints it last instead)."""
     s = result["summary"]
     modes = _by_mode(s)
-    lines = [f"## Generation scores: {s['benchmark'] or s['folder']} ({s['split']})", "", *_notes(s)]
+    lines = [f"## Generation scores: {s['benchmark'] or s['folder']} ({s['split']})", "", *_notes(s, settings_line)]
     for mode, systems in modes.items():
         lines += [f"### Table {MODE_TABLE[mode]}: LLM-judge average by domain ({MODE_LABELS[mode]} mode)", ""]
         body = [[d, *[_n(e["judge_average"]["by_domain"].get(d), digits) for e in systems]] for d in s["domains"]]
@@ -206,6 +257,7 @@ def render_tables(result: Mapping[str, Any], digits: int = 3) -> str:
                          f"{'rescaled' if b['rescale_with_baseline'] else 'not rescaled'}.")
         lines += [f"METEOR: {why}" for m, why in unavailable.items() if m == "meteor"]
         lines.append("")
+    lines += _table_26(generators, cell, digits)
     for e in s["systems"]:
         if "correlation" not in e:
             continue

@@ -128,12 +128,13 @@ def answer_text(completion: Completion, max_tokens: int) -> str:
 def generate_answers(items: Sequence[GenItem], llm: LLM, *, max_tokens: int = DEFAULT_MAX_TOKENS,
                      temperature: float = 0.0, seed: int = 0, passage_chars: int = DEFAULT_PASSAGE_CHARS,
                      history_chars: int = DEFAULT_HISTORY_CHARS, concurrency: int = 8, progress: bool = False,
-                     desc: str = "generate") -> GenerationResult:
-    """Answer every item with ``llm`` (cached: a rerun repeats no call), ``concurrency`` calls in flight at once."""
+                     desc: str = "generate", prompt: str = PROMPT) -> GenerationResult:
+    """Answer every item with ``llm`` (cached: a rerun repeats no call), ``concurrency`` calls in flight at once,
+    each asked with the ``prompt`` template (default ``rag_answer``; RECOR's authors' profile: ``gen_recor_answer``)."""
     from tqdm.auto import tqdm
 
     params = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed)
-    prompts = [render_prompt(item, passage_chars, history_chars) for item in items]
+    prompts = [render_prompt(item, passage_chars, history_chars, prompt) for item in items]
 
     def answer(i: int) -> str:
         return answer_text(llm.chat(prompts[i], params), max_tokens)

@@ -50,6 +50,14 @@ def make_llm(spec: str, cache: str | os.PathLike, concurrency: int) -> Any:
     return get_llm(spec, cache=DiskCache(cache), max_concurrency=concurrency)
 
 
+def answer_prompt(profile: Any, choice: str) -> str:
+    """The generator prompt: ``gen_recor_answer`` for a RECOR folder (evaluation report kind ``recor``) under the
+    ``authors`` profile, else MTRAG's ``rag_answer``."""
+    from convrag.evaluation.recor_generation_profile import ANSWER_PROMPTS, get_profile
+
+    return ANSWER_PROMPTS[get_profile(choice).name] if profile.report == "recor" else "rag_answer"
+
+
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """Register ``generate`` on the CLI's subparsers (``sub``); the parsed arguments run :func:`run_command`."""
     from convrag.generate.answer import DEFAULT_HISTORY_CHARS, DEFAULT_MAX_TOKENS, DEFAULT_PASSAGE_CHARS
@@ -86,6 +94,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--history-chars", type=int, default=DEFAULT_HISTORY_CHARS,
                    help=f"characters of earlier conversation shown, most recent first (default "
                         f"{DEFAULT_HISTORY_CHARS}); the question is never cut")
+    p.add_argument("--profile", choices=("authors", "convrag"), default="authors",
+                   help="RECOR's generator prompt: authors (default; answer directly in 2-4 sentences, as RECOR's "
+                        "code asks) or convrag (MTRAG's rag_answer, which may say it cannot answer); other "
+                        "benchmarks always use rag_answer")
     p.add_argument("--concurrency", type=int, default=8, help="LLM calls in flight at once (default 8)")
     p.add_argument("--cache", help="LLM cache folder (default: FILE.llm-cache beside the output)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars (default: shown on a terminal)")
@@ -198,9 +210,11 @@ def run_command(args: argparse.Namespace) -> int:
     unit = "tasks" if collected.scheme == "mtrag" else "turns"
     with scope(benchmark, args.retriever or (Path(args.run).name if args.run else None)):
         desc = bar_label(f"generating answers ({args.mode} passages, {len(items)} {unit})", generator_label(spec))
+    args.prompt = answer_prompt(profile, getattr(args, "profile", "authors"))
     result = generate_answers(items, llm, max_tokens=args.max_tokens, temperature=args.temperature,
                               passage_chars=args.passage_chars, history_chars=args.history_chars,
-                              concurrency=args.concurrency, progress=progress, desc=desc)  # fmt: skip
+                              concurrency=args.concurrency, progress=progress, desc=desc,
+                              prompt=args.prompt)  # fmt: skip
     label = generator_label(getattr(llm, "spec", spec))
     lines = [mtrag_line(i, result.answers[i.task_id], args.mode) if collected.scheme == "mtrag"
              else judge_line(i, result.answers[i.task_id], args.mode, label)
@@ -260,7 +274,7 @@ def _report(args: argparse.Namespace, manifest: dict[str, Any], collected: Any, 
         "strategy": info.get("strategy"), "strategy_spec": info.get("strategy_spec"), "run": info.get("run"),
         "run_file_written": str(run_path) if run_path else None, "config": info.get("config"),
         "split": info.get("split"), "corpus": info.get("corpus"), "generator": label, "placeholder": placeholder,
-        "prompt": "rag_answer",
+        "prompt": getattr(args, "prompt", "rag_answer"), "profile": getattr(args, "profile", "authors"),
         "sampling": {"temperature": args.temperature, "max_tokens": args.max_tokens, "seed": 0},
         "passage_chars": args.passage_chars, "history_chars": args.history_chars, "max_turns": args.max_turns,
         "counts": {"items": len(collected.items), "answered": len(result.answers), "without_answer": len(failed),

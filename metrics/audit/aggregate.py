@@ -8,15 +8,44 @@
 * Labels (RECOR's dependency type and question pattern): counts and shares over the parsed labels, and the
   normalised entropy H / log(K), K = the size of the label set (not the number of labels seen): 0 when every
   turn has one label, 1 when the K labels are equally frequent. Computed per judge.
+* Judges are grouped by name (:func:`judge_names`): two ``--judge`` specs that differ only in their options
+  after ``;`` are two judges, never merged.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from convrag.audit.recor_judges import normalized_entropy
+
+#: option names whose values are never written into a judge's name (they may hold credentials)
+_SECRET_OPTION = re.compile(r"key|token|secret|password|auth", re.I)
+
+
+def judge_names(specs: Sequence[str]) -> list[str]:
+    """The name each judge spec carries in verdicts and aggregates: the spec before ``;`` when no other spec
+    shares it; else the spec with its options (values of key / token / secret / password / auth options shown as
+    ``***``), and when even that is shared (specs that differ only in such a value), ``#n`` after it (n = the
+    spec's 1-based position among those sharing it). Distinct specs therefore always get distinct names."""
+    bases = [spec.split(";")[0].strip() for spec in specs]
+    named = []
+    for spec, base in zip(specs, bases, strict=True):
+        if bases.count(base) == 1:
+            named.append(base)
+            continue
+        options = [o.strip() for o in spec.split(";")[1:] if o.strip()]
+        shown = [f"{o.partition('=')[0].strip()}=***" if _SECRET_OPTION.search(o.partition("=")[0]) else o
+                 for o in options]
+        named.append(";".join([base, *shown]))
+    seen: Counter[str] = Counter()
+    out = []
+    for name in named:
+        seen[name] += 1
+        out.append(f"{name}#{seen[name]}" if named.count(name) > 1 else name)
+    return out
 
 
 def _mean(values: Sequence[float]) -> float | None:

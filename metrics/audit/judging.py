@@ -14,6 +14,7 @@ from convrag.audit.mtr_eval import judge_item
 from convrag.audit.recor_judges import DEPENDENCY, DEPENDENCY_LABELS, PATTERN, PATTERN_LABELS
 from convrag.audit.verdict import Verdict
 from convrag.llm import LLM, get_llm, run_batch
+from convrag.metrics.audit.aggregate import judge_names
 
 #: the label dimensions and their label sets (RECOR Tables 29-30)
 LABEL_SETS: dict[str, tuple[str, ...]] = {DEPENDENCY: DEPENDENCY_LABELS, PATTERN: PATTERN_LABELS}
@@ -24,7 +25,11 @@ TEXT_DIMENSIONS = ("query_evidence", "answer_faithfulness", "answer_quality")
 def judges_of(judge: Any) -> list[LLM]:
     """An LLM, a spec string or a list of them -> LLMs (an ensemble)."""
     items = judge if isinstance(judge, (list, tuple)) else [judge]
+    names = iter(judge_names([j for j in items if not isinstance(j, LLM)]))  # options after ";" tell them apart
     llms = [j if isinstance(j, LLM) else get_llm(j) for j in items]
+    for j, llm in zip(items, llms, strict=True):
+        if not isinstance(j, LLM):
+            llm.spec = next(names)
     specs = [j.spec for j in llms]
     if len(set(specs)) != len(specs):
         raise ValueError(f"two judges share a name ({', '.join(specs)}): give each its own spec (LLM(..., spec=...))")

@@ -56,17 +56,17 @@ class ComponentError(ConvragError, ValueError):
 
 
 # --- ROUGE-L --------------------------------------------------------------------------------------------------
-_ROUGE: Any = None
+_ROUGE: dict[bool, Any] = {}
 
 
-def rouge_l(prediction: str, reference: str) -> float:
-    """ROUGE-L F-measure of ``prediction`` against ``reference`` (rouge-score, no stemming)."""
-    global _ROUGE
-    if _ROUGE is None:
+def rouge_l(prediction: str, reference: str, stem: bool = False) -> float:
+    """ROUGE-L F-measure of ``prediction`` against ``reference`` (rouge-score; no stemming, MTRAG's setting,
+    unless ``stem``: rouge-score's Porter stemmer, ``use_stemmer=True``, RECOR's authors' setting)."""
+    if stem not in _ROUGE:
         from rouge_score import rouge_scorer
 
-        _ROUGE = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
-    return float(_ROUGE.score(reference, prediction)["rougeL"].fmeasure)
+        _ROUGE[stem] = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=stem)
+    return float(_ROUGE[stem].score(reference, prediction)["rougeL"].fmeasure)
 
 
 # --- BERTScore ------------------------------------------------------------------------------------------------
