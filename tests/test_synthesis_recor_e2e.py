@@ -91,3 +91,32 @@ def test_dv_killed_mid_run_resumes_builds_and_evaluates(tmp_path: Path) -> None:
     results = json.loads((tmp_path / "results" / "results.json").read_text())
     turns = sum(len(i["turns"]) for i in items)
     assert sum(results["n_turns"].values()) == turns and len(results["per_turn"]["bm25"]["baseline"]) == turns
+
+
+def test_dv_authors_profile_through_the_local_model_keeps_turns_or_fails_honestly(tmp_path: Path,
+                                                                                  capsys: pytest.CaptureFixture
+                                                                                  ) -> None:
+    """Plumbing of the default profile's steps (aspect coverage, answerability, retrieval guidance before scoring)
+    through SmolLM2-135M: with those checks loosened to 0 its replies reach the turns stage, where they either give
+    a turn or are rejected for a counted reason; a run that keeps nothing exits 1 with one line and marks the stage
+    incomplete. Nothing is filled in either way."""
+    out = tmp_path / "dv"
+    at = LOOSE.index("profile=convrag")
+    loose = LOOSE[: at - 1] + LOOSE[at + 1:]  # the default profile
+    args = ["synthesize", "recor", "--input", str(DATA / "bright" / "examples" / "biology.jsonl"), "--out", str(out),
+            "--no-progress", *loose, "--option", "min_aspect_coverage=0", "--option", "min_answerability=0"]
+    rc = main(args)
+    captured = capsys.readouterr()
+    params = json.loads((out / "aspects" / "params.json").read_text(encoding="utf-8"))
+    assert params["params"]["profile"] == "authors"
+    turns = out / "turns"
+    if rc == 0:
+        assert list(read_records(turns))
+        return
+    assert rc == 1
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and "failed:" in err[0]
+    stage = next(s for s in ("aspects", "facts", "turns") if (out / s / "incomplete.json").is_file())
+    state = json.loads((out / stage / "incomplete.json").read_text(encoding="utf-8"))
+    assert state["complete"] is False and state["records_out"] == 0 and state["llm"]["calls"] > 0
+    assert sum(state["dropped"].values()) == state["records_in"]
