@@ -102,13 +102,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     """
     from convrag.evaluation.profile import profile_of
     from convrag.evaluation.report import evaluate_folder, render, write_outputs
-    from convrag.hub import resolve_folder
+    from convrag.evaluation.rerank import parse_reranks
+    from convrag.hub import resolve_source
     from convrag.manifest import read_manifest
     from convrag.out_folder import claimed_out
     from convrag.progress import datasets_bars, wanted
     from convrag.progress import scope as progress_scope
 
-    args.folder = str(resolve_folder(args.folder))
+    folder, source = resolve_source(args.folder)  # source: the repo id and revision, or the folder's relative path
+    args.folder = str(folder)
     for flag, value, least in (("--top-k", args.top_k, 1), ("--bootstrap", args.bootstrap, 0),
                                ("--digits", args.digits, 0), ("--batch-size", args.batch_size, 1)):  # fmt: skip
         if value is not None and value < least:
@@ -125,9 +127,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise ConvragError(f"--run / --submission NAME {twice[0]!r} is given twice: give each file its own NAME")
     manifest = read_manifest(args.folder)
     profile = profile_of(manifest, source=str(Path(args.folder) / "README.md"))
-    retrievers = _split_list(args.retrievers) if args.retrievers is not None else list(profile.retrievers)
+    from convrag.retrievers.registry import split_specs
+
+    retrievers = split_specs(args.retrievers) if args.retrievers is not None else list(profile.retrievers)
     strategies = args.strategies if args.strategies is not None else args.views
     check_retrievers(retrievers, "--retrievers")
+    reranks = parse_reranks(args.rerank)
+    reranked = next((n for n in named if any(r.system(s) == n for r in reranks for s in retrievers)), None)
+    if reranked is not None:
+        raise ConvragError(f"--run / --submission NAME {reranked!r} is also a reranked system's name: rename it")
     if strategies is not None:
         check_strategies(_split_list(strategies), "--strategies" if args.strategies is not None else "--views", profile)
     dense_options = parse_options(args.dense_option, "--dense-option")
@@ -136,7 +144,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     progress = wanted(args.no_progress)
     external_runs = name_value_pairs(args.run, "--run")
     submissions = name_value_pairs(args.submission, "--submission")
-    inputs = [args.folder, *external_runs.values(), *submissions.values(), args.dense_model]
+    inputs = [args.folder, *external_runs.values(), *submissions.values(), args.dense_model,
+              *(r.target for r in reranks if r.kind == "cross-encoder")]
     with claimed_out(args.out, inputs, "evaluate") as out:  # never a user's own folder, never over an input
         with progress_scope(manifest["benchmark"]), datasets_bars(progress):
             results, scored = evaluate_folder(
@@ -147,9 +156,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                 corpus=args.corpus, search=args.search, llm=args.llm,
                 on_rewrite_failure="baseline" if args.rewrite_fallback else "error",
                 retriever_options=_dense_options(retrievers, args.dense_model, dense_options),
-                top_k=args.top_k, progress=progress,
+                top_k=args.top_k, progress=progress, rerank=reranks, rerank_device=encoder["device"],
             )  # fmt: skip
-        results = {"benchmark": manifest["benchmark"], "build_options": manifest.get("options", {}), **results}
+        results = {"benchmark": manifest["benchmark"], "build_options": manifest.get("options", {}), **results,
+                   "source": source}  # fmt: skip
         write_outputs(results, scored, out, digits=args.digits)
     print(render(results, profile, digits=args.digits))
     print(f"Wrote {Path(args.out) / 'results.json'}, results.md and runs/ (TREC run files)")
@@ -167,8 +177,12 @@ def _split_list(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+#: --device / --batch-size / --embeddings-cache and the --dense-option keys that a ``dual:`` retriever takes too.
+_DUAL_SHARED = ("device", "batch_size", "cache_dir", "pooling", "max_seq_length", "fit_queries")
+
+
 def _dense_options(retrievers: list[str], model: str | None, options: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Options of the dense encoder for every retriever that has one (``dense``, ``hybrid``, ``rrf``)."""
+    """Options of the dense encoder for every retriever that has one (``dense``, ``hybrid``, ``rrf``, ``dual``)."""
     out: dict[str, dict[str, Any]] = {}
     for spec in retrievers:
         name = spec.split(":", 1)[0]
@@ -179,6 +193,8 @@ def _dense_options(retrievers: list[str], model: str | None, options: dict[str, 
                          **({"dense_options": options} if options else {})}  # fmt: skip
         elif name == "rrf" and options:  # its dense and hybrid components
             out[spec] = {"dense_options": options}
+        elif name == "dual":  # the options both encoders take (similarity, query_format: Python API)
+            out[spec] = {k: v for k, v in options.items() if k in _DUAL_SHARED}
     return {k: v for k, v in out.items() if v}
 
 
@@ -394,7 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folder", help="folder written by `convrag build` (its README declares how it is evaluated), or Hub "
                                   "dataset repo id org/name[@revision] of a pushed one")
     p.add_argument("--retrievers", help="comma-separated retriever specs (default: the benchmark's, e.g. "
-                                        "StratRAG random,bm25,dense,hybrid; RECOR bm25,dense)")
+                                        "StratRAG random,bm25,dense,hybrid; RECOR bm25,dense); "
+                                        "dual:QUERY_MODEL,CONTEXT_MODEL keeps its comma")
     p.add_argument("--strategies", help="query strategies (default: the benchmark's): names the benchmark defines "
                                         "(MTRAG lastturn,questions,rewrite; MTR-Bench history,lastturn,rewrite) or "
                                         "any of baseline, rewrite, reasoning, history, history+reasoning, "
@@ -411,6 +428,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--search", choices=("corpus", "pool"),
                    help="rank the whole corpus or only each turn's own pool (default: the benchmark's)")
     p.add_argument("--top-k", type=int, help="documents kept per query in runs (default: the benchmark's)")
+    from convrag.evaluation.rerank import HELP as RERANK_HELP
+
+    p.add_argument("--rerank", action="append", metavar="[NAME=]SPEC@K", help=RERANK_HELP)
     p.add_argument("--out", help="output folder (default: results/BENCHMARK/NAME-evaluate, BENCHMARK from the folder's "
                                  "README, NAME the folder's or repo's name)")
     p.add_argument("--dense-model", help="sentence-transformers model path or name for dense/hybrid")

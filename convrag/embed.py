@@ -5,8 +5,9 @@ Where: ``--embeddings-cache DIR`` / the ``cache_dir`` option of the dense retrie
 (beside the LLM cache; never inside a built folder, which is what ``convrag push`` uploads). The value ``none``
 (or ``off``) turns the disk cache off. Every entry can be deleted at any time; it is then encoded again.
 
-An entry is the folder ``<root>/<key>/`` with ``embeddings.npy`` (float32, one L2-normalised row per document,
-read back memory-mapped), ``ids.json`` (doc ids in row order) and ``meta.json`` (what the key was made of, the
+An entry is the folder ``<root>/<key>/`` with ``embeddings.npy`` (float32, one row per document, L2-normalised
+unless the entry's metadata says ``"normalize": "none"`` (``dual`` with inner product), read back memory-mapped),
+``ids.json`` (doc ids in row order) and ``meta.json`` (what the key was made of, the
 sha256 of the array, and, for information only, device, batch size, library versions and time). The key is the
 sha256 of the canonical JSON of everything that changes the vectors:
 

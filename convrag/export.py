@@ -37,6 +37,7 @@ from convrag.builders import get_builder_class
 from convrag.errors import ConvragError, DataError
 from convrag.manifest import read_manifest
 from convrag.out_folder import check_out, replacing
+from convrag.provenance import public_report
 
 logger = logging.getLogger(__name__)
 MAX_SHARD_ROWS = 500_000
@@ -157,7 +158,7 @@ def _build_into(
         sources = SourceCache(Path(cache_dir, "sources"))
         for name in names:
             files, builder = build_config(cls.BENCHMARK, name, cache_dir, options, sources)
-            merge_report(summary.report, builder.report.to_dict())
+            merge_report(summary.report, public_report(builder.report.to_dict(), options.get("source")))
             info = builder.info.copy()
             empty = [s for s in info.splits or {} if s not in files]
             if not files:

@@ -17,8 +17,9 @@ Parquet files are read in record batches and written line by line (memory holds 
 Empty or non-string ids, duplicate corpus or query ids, duplicate qrels pairs and qrels naming an unknown query
 are a ``DataError`` naming the Parquet file and row; qrels naming a document missing from the corpus are
 written and counted. The export is written into a temporary folder beside ``DIR`` and renamed into place when
-complete; ``convrag-export.json`` in it records the source, format and row counts, and only a folder holding
-that file is replaced (with ``overwrite``).
+complete; ``convrag-export.json`` in it records the source (the Hub repo id, revision sha and endpoint, or the
+folder's path relative to the working directory: :func:`convrag.hub.resolve_source`), format and row counts, and
+only a folder holding that file is replaced (with ``overwrite``).
 """
 
 from __future__ import annotations
@@ -261,14 +262,14 @@ def _check_target(out: Path, overwrite: bool) -> None:
 
 def export_folder(ref: str, fmt: str, out: str | os.PathLike, overwrite: bool = False) -> ExportSummary:
     """Write the built folder (or Hub dataset repo id) ``ref`` as ``fmt`` files into ``out`` (see module doc)."""
-    from convrag.hub import resolve_folder
+    from convrag.hub import resolve_source
     from convrag.manifest import read_card, read_manifest
     from convrag.out_folder import check_out, replacing
 
     if fmt not in FORMATS:
         raise ConvragError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
     out_path = Path(out)
-    folder = resolve_folder(ref)
+    folder, source = resolve_source(ref)
     manifest = read_manifest(folder)
     readme, data = read_card(folder)
     configs = _configs(folder, data, readme)
@@ -285,7 +286,7 @@ def export_folder(ref: str, fmt: str, out: str | os.PathLike, overwrite: bool = 
             queries = writer.queries(_all_files(configs[subset.queries]))
             for split, files in configs[subset.qrels].items():
                 writer.qrels(split, files, queries, docs)
-        marker = {"source": ref, "folder": summary.folder, "benchmark": summary.benchmark, "format": fmt,
+        marker = {"source": source, "benchmark": summary.benchmark, "format": fmt,
                   "files": summary.files, "qrels_missing_documents": summary.missing_documents}  # fmt: skip
         (work / MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
     return summary

@@ -3,7 +3,9 @@
 A *Hub dataset repo id* is ``org/name`` (one slash; letters, digits, ``-``, ``_``, ``.``), optionally followed by
 ``@revision`` (a branch, tag or commit sha). The Hub is ``$HF_ENDPOINT`` (default https://huggingface.co); the token
 is ``$HF_TOKEN`` or the stored login; downloads go to the Hugging Face cache (``$HF_HOME``), and with
-``HF_HUB_OFFLINE=1`` only that cache is read. Every failure is a one-line :class:`ConvragError`.
+``HF_HUB_OFFLINE=1`` only that cache is read. Every failure is a one-line :class:`ConvragError`. What commands
+record of a folder they read (``results.json``, ``convrag-export.json``) is :func:`resolve_source`'s record: repo id,
+commit sha and endpoint for a Hub repo, never the cache path.
 """
 
 from __future__ import annotations
@@ -108,15 +110,29 @@ def names_hub_repo(ref: str) -> bool:
 def resolve_folder(ref: str, revision: str | None = None) -> Path:
     """The local folder ``ref`` names: ``ref`` itself when that path exists, else the snapshot of Hub dataset repo
     ``ref`` (``org/name[@revision]``) downloaded into (or, offline, found in) the Hugging Face cache."""
+    return resolve_source(ref, revision)[0]
+
+
+def resolve_source(ref: str, revision: str | None = None) -> tuple[Path, dict[str, str]]:
+    """The folder :func:`resolve_folder` gives and where it came from, with no absolute local path: a local folder
+    is ``{"folder": its path relative to the working directory}`` (:func:`convrag.provenance.local_path`); a Hub repo
+    is ``{"repo_id", "revision": the commit sha of the snapshot read, "requested_revision": the branch, tag or sha
+    asked for (default main), "endpoint": the Hub's URL ($HF_ENDPOINT)}``."""
+    from huggingface_hub import constants
+
+    from convrag.provenance import local_path
+
     if Path(ref).exists():
-        return Path(ref)
+        return Path(ref), {"folder": local_path(ref)}
     match = REPO_ID.match(ref)
     if not match:
         raise ConvragError(f"{ref}: no such folder, and not a Hub dataset repo id (org/name[@revision])")
     repo, pinned = match.group("repo"), match.group("revision")
     if pinned and revision and pinned != revision:
         raise ConvragError(f"{ref}: revision {pinned!r} differs from the revision {revision!r} also given")
-    return _download(ref, repo, pinned or revision)
+    folder = _download(ref, repo, pinned or revision)  # .../snapshots/<commit sha>
+    return folder, {"repo_id": repo, "revision": folder.name, "requested_revision": pinned or revision
+                    or constants.DEFAULT_REVISION, "endpoint": _endpoint()}  # fmt: skip
 
 
 def _download(ref: str, repo: str, revision: str | None) -> Path:

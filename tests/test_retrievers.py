@@ -310,7 +310,7 @@ def test_rrf_hand_case() -> None:
 
 # ---------------------------------------------------------------- factory
 def test_factory_specs_and_describe() -> None:
-    assert available_retrievers() == ["random", "bm25", "bm25s", "dense", "hybrid", "rrf"]
+    assert available_retrievers() == ["random", "bm25", "bm25s", "dense", "hybrid", "rrf", "dual"]
     assert isinstance(get_retriever("BM25"), BM25Retriever)
     assert get_retriever("random:11").seed == 11 and get_retriever("random", seed=5).describe()["seed"] == 5
     assert get_retriever("dense:/some/local/model").model_name == "/some/local/model"  # loaded lazily

@@ -21,6 +21,7 @@ from convrag.cli import main
 from convrag.evaluation.engine import placeholder_llm
 from convrag.evaluation.mtrag import check_submission
 from convrag.export import export_benchmark
+from convrag.provenance import local_path
 
 from .conftest import DATA, REPO
 
@@ -421,14 +422,14 @@ def test_partial_run_is_scored_as_trec_eval_c_and_its_coverage_reported(strat, s
     coverage = results["coverage"]
     assert coverage["one"] == {"queries": 30, "ranked": 1, "missing": 29, "missing_judged": 29,
                                "missing_examples": ["val_000001", "val_000002", "val_000003", "val_000004",
-                                                    "val_000005"], "source": str(one), "kind": "run",
+                                                    "val_000005"], "source": local_path(one), "kind": "run",
                                "warnings": []}  # fmt: skip
     assert coverage["bm25"]["ranked"] == coverage["all"]["ranked"] == 30
     # missing queries score 0 and count in the mean (trec_eval -c): the mean is the one query's value / 30
     per_query = results["per_query"]["one"]
     assert len(per_query) == 30 and all(v["MRR"] == 0.0 for q, v in per_query.items() if q != "val_000000")
     assert results["systems"]["one"]["overall"]["MRR"]["mean"] == pytest.approx(per_query["val_000000"]["MRR"] / 30)
-    assert f"- one (run {one}): 1 / 30; 29 missing" in printed and "- bm25: 30 / 30" in printed
+    assert f"- one (run {local_path(one)}): 1 / 30; 29 missing" in printed and "- bm25: 30 / 30" in printed
     assert "## Coverage" in (out / "results.md").read_text()
     assert "warning: one ranks 1 of 30 queries" in err
 

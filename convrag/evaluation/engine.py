@@ -18,6 +18,9 @@ part of the collection (MTRAG's ``cited`` passages), unknown documents count as 
 scorers do, and are counted.
 Coverage (queries ranked of the split's queries; missing ones score 0 in every mean, trec_eval's ``-c``) is
 recorded for every system (:func:`coverage`).
+
+A rerank stage (``--rerank``, :mod:`convrag.evaluation.rerank`) reorders each retriever's top K; the reranked runs
+are scored as their own system ``<retriever>><name>`` beside the retriever's.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from typing import Any
 from convrag.errors import ConvragError, DataError
 from convrag.evaluation.data import BenchmarkData, Corpora, load_benchmark
 from convrag.evaluation.profile import EvaluationProfile
+from convrag.evaluation.rerank import cut, load_stages, merge_notes, timed
+from convrag.evaluation.rerank import llm_note as rerank_note
 from convrag.metrics.retrieval.compute import score_run
 from convrag.progress import scope as progress_scope
 from convrag.retrievers import get_retriever
@@ -243,14 +248,19 @@ def run_benchmark(
     top_k: int | None = None,
     progress: bool = True,
     data: BenchmarkData | None = None,
+    rerank: Sequence[Any] | None = None,
+    rerank_device: str | None = None,
 ) -> Scored:
     """Load ``folder`` (unless ``data`` is given), format every strategy's texts, run every retriever per subset
-    and score every turn. ``llm``: an LLM or spec (``None``: ``$CONVRAG_LLM``, else the embedded default)."""
+    and score every turn. ``llm``: an LLM or spec (``None``: ``$CONVRAG_LLM``, else the embedded default).
+    ``rerank``: ``--rerank`` specs (:mod:`convrag.evaluation.rerank`), loaded before any other work; each
+    retriever's reranked runs are scored as system ``<retriever>><name>`` right after it."""
     if data is None:
         data = load_benchmark(folder, profile, split=split, corpus=corpus, search=search)
     chosen = resolve_strategies(profile, data, strategies)
     specs = list(profile.retrievers if retrievers is None else retrievers)
     profile.check_measures(list(measures or profile.measures))
+    stages = load_stages(rerank or [], llm=llm, device=rerank_device)
     scored = Scored(profile, data, list(measures or profile.measures), list(chosen))
     texts, rewrite = {}, {}
     model = None
@@ -275,6 +285,9 @@ def run_benchmark(
     k = scored.info["top_k"]
     if k is not None and deepest > k:
         k = scored.info["top_k"] = deepest
+    if stages:
+        scored.info["llm"] = merge_notes(scored.info["llm"], rerank_note(stages, specs))
+    search_k = k if k is None or not stages else max(k, *(st.spec.depth for st in stages))
     for spec in specs:
         start = time.perf_counter()
         retriever = get_retriever(spec, **dict((retriever_options or {}).get(spec, {})))
@@ -290,15 +303,52 @@ def run_benchmark(
             for name in chosen:
                 queries = {t.qid: texts[name][t.qid] for t in turns}
                 with progress_scope(s, spec, name):
-                    runs[name][s] = retriever.search(queries, top_k=k, pools=pools, show_progress=progress)
+                    runs[name][s] = retriever.search(queries, top_k=search_k, pools=pools, show_progress=progress)
                 for status, n in _fit_counts(retriever).items():
                     fitting.setdefault(name, {}).setdefault(status, 0)
                     fitting[name][status] += n
         for name in chosen:
-            score_runs(scored, spec, name, runs[name])
+            score_runs(scored, spec, name, cut(runs[name], k) if search_k != k else runs[name])
         scored.configs[spec] = {**retriever.describe(), **({"query_fitting_counts": fitting} if fitting else {})}
         scored.seconds[spec] = time.perf_counter() - start
+        for stage in stages:
+            _add_reranked(scored, stage, spec, runs, texts, k)
     return scored
+
+
+def _delta(after: Any, before: Any) -> Any:
+    """``after`` less ``before``, number by number (nested mappings too); anything else as in ``after``."""
+    if isinstance(after, Mapping):
+        return {k: _delta(v, before.get(k) if isinstance(before, Mapping) else None) for k, v in after.items()}
+    if isinstance(after, (int, float)) and not isinstance(after, bool) and isinstance(before, (int, float)):
+        return after - before
+    return after
+
+
+def _add_reranked(scored: Scored, stage: Any, spec: str, runs: Mapping[str, Mapping[str, Run]],
+                  texts: Mapping[str, Mapping[str, str]], k: int | None) -> None:
+    """Rerank retriever ``spec``'s runs ({strategy: {subset: run}}) with ``stage`` and score them as system
+    ``<spec>><name>``: runs cut to ``k``, seconds = the first stage's plus the reranking's, and reranking windows
+    that kept the first-stage order (failed LLM calls, unusable replies) as a coverage warning."""
+    data = scored.data
+    before = stage.describe()
+    reranked, seconds = timed(stage, runs, texts,
+                              lambda s: data.corpus.read(s) if isinstance(data.corpus, Corpora) else data.corpus[s])
+    name = stage.spec.system(spec)
+    for strategy in reranked:
+        score_runs(scored, name, strategy, cut(reranked[strategy], k))
+    after = stage.describe()
+    for counts in ("cache", "report"):  # this retriever's share of the stage's running counts
+        if counts in after:
+            after[counts] = _delta(after[counts], before[counts])
+    scored.configs[name] = {"first_stage": spec, "reranker": after}
+    scored.seconds[name] = scored.seconds[spec] + seconds
+    failed = after.get("report", {}).get("failed", 0)
+    if failed:
+        for strategy in reranked:
+            scored.coverage[scored.display_name(name, strategy)].setdefault("warnings", []).append(
+                f"{failed} of {after['report'].get('windows', 0)} reranking windows kept the first-stage order "
+                f"(failures: {after['report'].get('failures')})")  # fmt: skip
 
 
 def add_external(scored: Scored, ext: External, runs: Mapping[str, Run]) -> None:

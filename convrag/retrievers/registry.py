@@ -7,7 +7,10 @@ Spec strings (``NAME`` or ``NAME:ARGUMENT``):
 * ``bm25s``: bm25s BM25 (large corpora);
 * ``dense`` / ``dense:PATH_OR_NAME``: sentence-transformers cosine similarity (default: shipped MiniLM);
 * ``hybrid`` / ``hybrid:PATH_OR_NAME``: StratRAG's min-max hybrid of bm25 and dense (argument = dense model);
-* ``rrf`` / ``rrf:SPEC+SPEC+...``: reciprocal rank fusion of the given specs (default ``bm25+dense``).
+* ``rrf`` / ``rrf:SPEC+SPEC+...``: reciprocal rank fusion of the given specs (default ``bm25+dense``);
+* ``dual:QUERY_MODEL,CONTEXT_MODEL``: a conversational dual encoder, queries and documents encoded by two
+  transformers models (``pooling`` cls/mean, ``similarity`` dot/cosine; Dragon-multiturn's settings by default,
+  see ``convrag.retrievers.dual``).
 
 Keyword options go to the retriever's constructor (``get_retriever("hybrid", alpha=0.3)``). A spec's argument
 and an option may not both set the same setting.
@@ -20,6 +23,7 @@ from typing import Any
 from convrag.errors import ConvragError
 from convrag.retrievers.base import Retriever
 from convrag.retrievers.dense import DenseRetriever
+from convrag.retrievers.dual import DualEncoderRetriever
 from convrag.retrievers.fusion import HybridRetriever, RRFRetriever
 from convrag.retrievers.lexical import BM25Retriever, BM25SRetriever
 from convrag.retrievers.random_retriever import RandomRetriever
@@ -32,7 +36,7 @@ class RetrieverSpecError(ConvragError, ValueError):
 RETRIEVERS: dict[str, type[Retriever]] = {}
 
 #: Which constructor option a spec's ``NAME:ARGUMENT`` sets, per retriever name.
-_ARGUMENT_OPTION = {"random": "seed", "dense": "model", "hybrid": "model", "rrf": "retrievers"}
+_ARGUMENT_OPTION = {"random": "seed", "dense": "model", "hybrid": "model", "rrf": "retrievers", "dual": "models"}
 
 
 def register_retriever(cls: type[Retriever], name: str | None = None, argument_option: str | None = None) -> None:
@@ -80,8 +84,32 @@ def _parse_argument(name: str, argument: str, spec: str) -> Any:
         if any(not p for p in parts):
             raise RetrieverSpecError(f"empty component in spec {spec!r}")
         return parts  # spec strings: RRFRetriever builds them (and can pass dense_options on)
+    if name == "dual":
+        models = [p.strip() for p in argument.split(",")]
+        if len(models) != 2 or not all(models):
+            raise RetrieverSpecError(f"dual needs two models, QUERY_MODEL,CONTEXT_MODEL, in spec {spec!r}")
+        return models
     return argument
 
 
-for _cls in (RandomRetriever, BM25Retriever, BM25SRetriever, DenseRetriever, HybridRetriever, RRFRetriever):
+def split_specs(value: str) -> list[str]:
+    """A comma-separated list of retriever specs (``--retrievers bm25,dual:Q,C,rrf:bm25+dual:Q,C``): split at
+    commas, except the comma between a ``dual:`` spec's two models (a part ending in a one-model ``dual:Q``, alone
+    or as the last ``+`` component of an ``rrf:`` spec, takes the part after it as its context model)."""
+    out: list[str] = []
+    for part in (p.strip() for p in value.split(",")):
+        if not part:
+            continue
+        previous = out[-1] if out else ""
+        last = previous[4:] if previous.lower().startswith("rrf:") else previous
+        last = last.rpartition("+")[2].strip()
+        if last.lower().startswith("dual:") and "," not in last:
+            out[-1] = f"{previous},{part}"
+        else:
+            out.append(part)
+    return out
+
+
+for _cls in (RandomRetriever, BM25Retriever, BM25SRetriever, DenseRetriever, HybridRetriever, RRFRetriever,
+             DualEncoderRetriever):
     register_retriever(_cls)

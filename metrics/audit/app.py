@@ -10,6 +10,7 @@ import importlib
 import importlib.util
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -25,6 +26,7 @@ EXAMPLE_JUDGMENTS = json.dumps({
     "labels": [None, None, None, None, "coreference"],
     "errors": [None, None, None, "unparseable: no rating", None],
 }, indent=1)
+EXAMPLES = [[EXAMPLE_JUDGMENTS, "", ""]]
 
 
 def load_folder(name: str) -> ModuleType:
@@ -48,8 +50,10 @@ def mean_rows(result: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["judge", "dimension", "mean", "n", "failed"])
 
 
-def score(arguments: str, judge_url: str, judge_model: str) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """``compute(**arguments)`` (with ``judge`` from the endpoint fields when given): the means and the result."""
+def score(arguments: str, judge_url: str, judge_model: str) -> Iterator[tuple[pd.DataFrame, dict[str, Any] | None]]:
+    """``compute(**arguments)`` (with ``judge`` from the endpoint fields when given): the means and the result; the
+    first update clears the previous run's outputs, so an error never shows under an earlier run's means."""
+    yield pd.DataFrame(columns=["judge", "dimension", "mean", "n", "failed"]), None
     try:
         kwargs = json.loads(arguments)
     except json.JSONDecodeError as err:
@@ -66,7 +70,15 @@ def score(arguments: str, judge_url: str, judge_model: str) -> tuple[pd.DataFram
         result = metric.compute(**kwargs)
     except (TypeError, ValueError) as err:
         raise gr.Error(str(err)) from None
-    return mean_rows(result), result
+    yield mean_rows(result), result
+
+
+def examples(samples: list[list[Any]], inputs: list[Any]) -> gr.Dataset:
+    """The examples table. A click copies its sample into ``inputs`` in the browser, with no server round trip: a
+    Score pressed right after the click then sends the example, not the inputs as they were before it arrived."""
+    table = gr.Dataset(components=inputs, samples=samples, type="index", label="Examples")
+    table.click(None, [table], inputs, js=f"(index) => {json.dumps(samples)}[index]", api_visibility="private")
+    return table
 
 
 def build_demo() -> gr.Blocks:
@@ -83,7 +95,7 @@ def build_demo() -> gr.Blocks:
         button = gr.Button("Score", variant="primary")
         table = gr.Dataframe(label="Means", headers=["judge", "dimension", "mean", "n", "failed"])
         full = gr.JSON(label="Full result")
-        gr.Examples([[EXAMPLE_JUDGMENTS, "", ""]], inputs=[arguments, judge_url, judge_model])
+        examples(EXAMPLES, [arguments, judge_url, judge_model])
         button.click(score, [arguments, judge_url, judge_model], [table, full], api_name="score")
     return demo
 

@@ -13,6 +13,7 @@ import importlib
 import importlib.util
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -30,6 +31,7 @@ EXAMPLE = {
     "answer": "The Oresund Bridge is nearly 8 kilometres long.",
     "reference": "It is almost 8 km long.",
 }
+EXAMPLES = [[*EXAMPLE.values(), "ANSWERABLE", "", ""]]
 _SCORER: list[Any] = []
 
 
@@ -127,8 +129,10 @@ def judged(answer: str, reference: str, passages: list[str], conversation: list[
 
 
 def score(question: str, history: str, passages: str, answer: str, reference: str, answerability: str,
-          judge_url: str, judge_model: str) -> tuple[pd.DataFrame, str]:
-    """The metric values as a (metric, value) table and a line saying what was computed."""
+          judge_url: str, judge_model: str) -> Iterator[tuple[pd.DataFrame, str]]:
+    """The metric values as a (metric, value) table and a line saying what was computed; the first update clears
+    the previous run's table and note, so an error never shows under an earlier run's note."""
+    yield pd.DataFrame(columns=["metric", "value"]), ""
     if not question.strip() or not answer.strip() or not reference.strip():
         raise gr.Error("give a question, an answer and a reference answer")
     texts = parse_passages(passages)
@@ -149,7 +153,15 @@ def score(question: str, history: str, passages: str, answer: str, reference: st
     if not texts:
         note += " No passages: K-Precision is 0, and so is RB_alg."
     table = pd.DataFrame([{"metric": k, "value": v} for k, v in values.items()])
-    return table, note
+    yield table, note
+
+
+def examples(samples: list[list[Any]], inputs: list[Any]) -> gr.Dataset:
+    """The examples table. A click copies its sample into ``inputs`` in the browser, with no server round trip: a
+    Score pressed right after the click then sends the example, not the inputs as they were before it arrived."""
+    table = gr.Dataset(components=inputs, samples=samples, type="index", label="Examples")
+    table.click(None, [table], inputs, js=f"(index) => {json.dumps(samples)}[index]", api_visibility="private")
+    return table
 
 
 def build_demo() -> gr.Blocks:
@@ -175,7 +187,7 @@ def build_demo() -> gr.Blocks:
         note = gr.Markdown()
         table = gr.Dataframe(label="Metrics", headers=["metric", "value"])
         inputs = [question, history, passages, answer, reference, answerability, judge_url, judge_model]
-        gr.Examples([[*EXAMPLE.values(), "ANSWERABLE", "", ""]], inputs=inputs)
+        examples(EXAMPLES, inputs)
         button.click(score, inputs, [table, note], api_name="score")
     return demo
 

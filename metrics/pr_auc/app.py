@@ -10,6 +10,7 @@ import importlib
 import importlib.util
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -32,6 +33,7 @@ EXAMPLE_FACTS = json.dumps({
     "references": [["f1", "f2"]],
     "chunk_facts": {"A|gt": ["f1"], "noise": []},
 }, indent=1)
+EXAMPLES = [["chunks", EXAMPLE_CHUNKS], ["facts", EXAMPLE_FACTS]]
 
 
 def load_folder(name: str) -> ModuleType:
@@ -59,8 +61,10 @@ def numbers(value: Any, path: str = "") -> list[dict[str, Any]]:
     return []
 
 
-def score(config: str, arguments: str) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """``compute(**arguments)`` of the chosen config: the top-level numbers as a table, and the whole result."""
+def score(config: str, arguments: str) -> Iterator[tuple[pd.DataFrame, dict[str, Any] | None]]:
+    """``compute(**arguments)`` of the chosen config: the top-level numbers as a table, and the whole result; the
+    first update clears the previous run's outputs, so an error never shows under an earlier run's values."""
+    yield pd.DataFrame(columns=["name", "value"]), None
     try:
         kwargs = json.loads(arguments)
     except json.JSONDecodeError as err:
@@ -74,7 +78,15 @@ def score(config: str, arguments: str) -> tuple[pd.DataFrame, dict[str, Any]]:
     except (TypeError, ValueError) as err:
         raise gr.Error(str(err)) from None
     headline = {k: v for k, v in result.items() if k not in ("curve", "per_query")}
-    return pd.DataFrame(numbers(headline)), result
+    yield pd.DataFrame(numbers(headline)), result
+
+
+def examples(samples: list[list[Any]], inputs: list[Any]) -> gr.Dataset:
+    """The examples table. A click copies its sample into ``inputs`` in the browser, with no server round trip: a
+    Score pressed right after the click then sends the example, not the inputs as they were before it arrived."""
+    table = gr.Dataset(components=inputs, samples=samples, type="index", label="Examples")
+    table.click(None, [table], inputs, js=f"(index) => {json.dumps(samples)}[index]", api_visibility="private")
+    return table
 
 
 def build_demo() -> gr.Blocks:
@@ -87,7 +99,7 @@ def build_demo() -> gr.Blocks:
         button = gr.Button("Score", variant="primary")
         table = gr.Dataframe(label="Values", headers=["name", "value"])
         full = gr.JSON(label="Full result")
-        gr.Examples([["chunks", EXAMPLE_CHUNKS], ["facts", EXAMPLE_FACTS]], inputs=[config, arguments])
+        examples(EXAMPLES, [config, arguments])
         button.click(score, [config, arguments], [table, full], api_name="score")
     return demo
 

@@ -11,6 +11,7 @@ import importlib.util
 import json
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -33,10 +34,12 @@ q1 0 d2 1
 q2 0 d6 1
 q2 0 d7 1
 q3 0 d9 1
+q5 0 d10 0
 """
 EXAMPLE_RUN_JSON = json.dumps({"q1": ["d3", "d1", "d2"], "q2": ["d4", "d5", "d6"]})
 EXAMPLE_QRELS_JSON = json.dumps({"q1": {"d1": 2, "d2": 1}, "q2": {"d6": 1, "d7": 1}})
 EXAMPLE_K = "1, 3, 5, 10"
+EXAMPLES = [[EXAMPLE_RUN, EXAMPLE_QRELS, EXAMPLE_K], [EXAMPLE_RUN_JSON, EXAMPLE_QRELS_JSON, "1, 3"]]
 PACKAGE = "retrieval_space"
 
 
@@ -57,12 +60,19 @@ def _module(name: str) -> ModuleType:
     return importlib.import_module(f"{PACKAGE}.{name}")
 
 
-def _read_trec(text: str, reader: str) -> dict[str, dict[str, Any]]:
-    """TREC run or qrels text read by the folder's own reader (``read_run`` / ``read_qrels``)."""
+def _read_trec(text: str, what: str) -> dict[str, dict[str, Any]]:
+    """TREC run (``what`` is "predictions") or qrels text read by the folder's own reader; a malformed line is a
+    ``gr.Error`` naming ``what`` and the line."""
+    trec = _module("trec")
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "pasted.txt"
         path.write_text(text, encoding="utf-8")
-        return getattr(_module("trec"), reader)(path)
+        try:
+            return (trec.read_run if what == "predictions" else trec.read_qrels)(path)
+        except trec.TrecFormatError as err:
+            where = err.path if err.line is None else f"{err.path}:{err.line}"
+            line = "" if err.line is None else f", line {err.line}"
+            raise gr.Error(f"{what}{line}: {str(err).removeprefix(where + ': ')}") from None
 
 
 def parse_table(text: str, what: str) -> dict[str, Any] | list[Any]:
@@ -79,7 +89,7 @@ def parse_table(text: str, what: str) -> dict[str, Any] | list[Any]:
         if not isinstance(value, (dict, list)):
             raise gr.Error(f"{what}: JSON must be an object keyed by query id or a list with one entry per query")
         return value
-    return _read_trec(text, "read_run" if what == "predictions" else "read_qrels")
+    return _read_trec(text, what)
 
 
 def _items(value: Any, key: str) -> list[Any]:
@@ -114,9 +124,23 @@ def parse_k_values(text: str) -> list[int]:
     return values
 
 
-def score(predictions: str, references: str, k_values: str) -> tuple[pd.DataFrame, pd.DataFrame, str]:
-    """The mean of every measure, the per-query table and a one-line summary of what was scored."""
-    inputs = metric_inputs(parse_table(predictions, "predictions"), parse_table(references, "references"))
+def excluded_note(excluded: list[str], references: dict[str, Any] | list[Any]) -> str:
+    """Why each query left out of the means was left out: its judgments are absent or empty ("no judgments"), or
+    every judged document has a grade <= 0 ("judged, no relevant document")."""
+    judged = references if isinstance(references, dict) else {str(i): r for i, r in enumerate(references)}
+    unjudged = [q for q in excluded if not judged.get(q)]
+    irrelevant = [q for q in excluded if judged.get(q)]
+    parts = [f"no judgments for {', '.join(unjudged)}" if unjudged else "",
+             f"judged, but no relevant document (grade >= 1) for {', '.join(irrelevant)}" if irrelevant else ""]
+    return "; ".join(p for p in parts if p) or "none"
+
+
+def score(predictions: str, references: str, k_values: str) -> Iterator[tuple[pd.DataFrame, pd.DataFrame, str]]:
+    """The mean of every measure, the per-query table and a one-line summary of what was scored; the first update
+    clears the previous run's tables and note, so an error never shows under an earlier run's results."""
+    yield pd.DataFrame(columns=["measure", "value"]), pd.DataFrame(columns=["query_id"]), ""
+    qrels = parse_table(references, "references")
+    inputs = metric_inputs(parse_table(predictions, "predictions"), qrels)
     try:
         metric = _module("retrieval").Retrieval(keep_in_memory=True)
         result = metric.compute(**inputs, k_values=parse_k_values(k_values), per_query=True)
@@ -124,9 +148,17 @@ def score(predictions: str, references: str, k_values: str) -> tuple[pd.DataFram
         raise gr.Error(str(err)) from None
     means = pd.DataFrame([{"measure": m, "value": v} for m, v in result.items() if isinstance(v, float)])
     per_query = pd.DataFrame([{"query_id": q, **values} for q, values in result["per_query"].items()])
-    excluded = ", ".join(result["excluded_queries"]) or "none"
-    note = f"{result['num_queries']} queries scored; excluded (no relevant document): {excluded}"
-    return means, per_query, note
+    note = (f"{result['num_queries']} queries scored; left out of the means: "
+            f"{excluded_note(result['excluded_queries'], qrels)}")
+    yield means, per_query, note
+
+
+def examples(samples: list[list[Any]], inputs: list[Any]) -> gr.Dataset:
+    """The examples table. A click copies its sample into ``inputs`` in the browser, with no server round trip: a
+    Score pressed right after the click then sends the example, not the inputs as they were before it arrived."""
+    table = gr.Dataset(components=inputs, samples=samples, type="index", label="Examples")
+    table.click(None, [table], inputs, js=f"(index) => {json.dumps(samples)}[index]", api_visibility="private")
+    return table
 
 
 def build_demo() -> gr.Blocks:
@@ -142,8 +174,7 @@ def build_demo() -> gr.Blocks:
         note = gr.Markdown()
         means = gr.Dataframe(label="Mean over scored queries", headers=["measure", "value"])
         per_query = gr.Dataframe(label="Per query")
-        gr.Examples([[EXAMPLE_RUN, EXAMPLE_QRELS, EXAMPLE_K], [EXAMPLE_RUN_JSON, EXAMPLE_QRELS_JSON, "1, 3"]],
-                    inputs=[predictions, references, k_values])
+        examples(EXAMPLES, [predictions, references, k_values])
         button.click(score, [predictions, references, k_values], [means, per_query, note], api_name="score")
     return demo
 
