@@ -12,6 +12,9 @@ Configs (split ``test`` = the benchmark, plus ``train`` when the source has it):
 * ``corpus``: MTR-DOCUMENT (``_id`` = row index), streamed; split ``test`` only, built when the source has it;
 * ``cluster-corpus``: every ``ctxs`` document of the split, sorted by document_idx (a far smaller search space).
 
+The export adds ``query`` for mteb (``_id``, ``text``, ``history`` as text; see ``convrag.mteb_layout``): mteb
+cannot batch the nested ``history`` of ``queries`` and reads ``query`` instead; ``convrag evaluate`` reads ``queries``.
+
 Conversation ids come from a ``conversation_id`` column when the source has one, else ``<split>-<n:05d>``
 (n = the conversation's 0-based position in file order). Option ``release``: ``12turn`` (default, the
 current Hub release) or ``8turn`` (the paper's MTR-BENCH / MTR-train); see ``mtr_bench_source`` for sources.

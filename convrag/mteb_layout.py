@@ -12,6 +12,11 @@ adds, for every name mteb asks for that the build lacks:
 * a ``<subset>-top_ranked`` config (``query-id``, ``corpus-ids``) for benchmarks searched within a per-query
   pool (``search: pool``): an alias of a pool config, or a small table written from the turns' pool column, so
   that mteb reranks each query's pool as ``convrag evaluate`` does instead of searching the whole corpus.
+* a flat ``query`` config (``_id``, ``text``, ``history`` as text) for benchmarks without subsets whose turns
+  config carries the conversation as a list of messages (a strategy reads the history: MTR-Bench): mteb's
+  collate cannot batch that nested column, and mteb reads a config named ``query`` instead of ``queries`` when
+  there is one. ``convrag evaluate`` still reads ``queries``. (mteb reads ``query`` for every subset, so a
+  benchmark with subsets cannot get one.)
 
 Aliases are listed in the README's ``convrag.aliases`` block (alias -> config); convrag's own readers skip
 them, so ``convrag evaluate --corpus auto`` still tells a cited corpus from a full one.
@@ -32,6 +37,13 @@ from convrag.evaluation.profile import EvaluationProfile, built_subsets, config_
 TOP_RANKED_FEATURES = datasets.Features(
     {"query-id": datasets.Value("string"), "corpus-ids": datasets.List(datasets.Value("string"))}
 )
+FLAT_QUERY_FEATURES = datasets.Features(
+    {"_id": datasets.Value("string"), "text": datasets.Value("string"), "history": datasets.Value("string")}
+)
+#: the config mteb's loader reads in place of ``queries`` when a folder has it
+FLAT_QUERY = "query"
+#: the turns column holding the earlier messages (``role``, ``content``)
+HISTORY = "history"
 
 
 def _mteb(kind: str, subset: str) -> str:
@@ -39,7 +51,9 @@ def _mteb(kind: str, subset: str) -> str:
 
 
 def plan(profile: EvaluationProfile, built: list[str]) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
-    """(aliases: mteb name -> built config, tables: ``top_ranked`` name -> (turns config, pool column)).
+    """(aliases: mteb name -> built config, tables: table name -> (turns config, column)).
+
+    A table is ``[<subset>-]top_ranked`` (column: the pool) or the flat ``query`` (column: the history).
 
     Only names the build lacks are planned; nothing is planned for a subset whose qrels, corpus or queries
     cannot be found (mteb could not read it anyway)."""
@@ -68,20 +82,44 @@ def plan(profile: EvaluationProfile, built: list[str]) -> tuple[dict[str, str], 
             aliases[name] = config_name(what, subset)
         elif where == "field" and name not in built:
             tables[name] = (config_name(profile.turns, subset), what)
+    flat = "{subset}" not in profile.turns and {profile.turns, profile.qrels} <= set(built)
+    if flat and FLAT_QUERY not in built and _reads_history(profile):
+        tables[FLAT_QUERY] = (profile.turns, HISTORY)
     return aliases, tables
 
 
+def _reads_history(profile: EvaluationProfile) -> bool:
+    """Whether mteb's queries are the turns config and one of the profile's strategies reads its history."""
+    strategies = {*profile.strategies.values(), *profile.extra_strategies.values()}
+    reads = any(part in ("history", "dialogue") for s in strategies for part in s.split("+"))
+    return profile.reader == "queries" and reads
+
+
+def history_text(messages: list[dict[str, Any]] | None) -> str:
+    """A conversation history as text: one ``role: content`` line per message, oldest first."""
+    return "\n".join(f"{m['role']}: {m['content']}" for m in messages or [])
+
+
 def write_top_ranked(work: Path, name: str, turns: str, column: str, splits: list[str]) -> datasets.DatasetInfo:
-    """Write ``<work>/<name>/<split>-00000-of-00001.parquet`` (``query-id``, ``corpus-ids``) from the ``_id`` and
-    ``column`` of the built turns config; returns its ``DatasetInfo`` (features and split sizes)."""
-    info = datasets.DatasetInfo(features=TOP_RANKED_FEATURES, config_name=name)
+    """Write a table planned by :func:`plan` as ``<work>/<name>/<split>-00000-of-00001.parquet``; returns its
+    ``DatasetInfo`` (features and split sizes). ``[<subset>-]top_ranked``: ``query-id`` and ``corpus-ids`` from the
+    turns' ``_id`` and pool ``column``; ``query``: the turns' ``_id`` and ``text`` with ``column`` (the history)
+    written by :func:`history_text`. Every turn of the split is written."""
+    features = FLAT_QUERY_FEATURES if name == FLAT_QUERY else TOP_RANKED_FEATURES
+    info = datasets.DatasetInfo(features=features, config_name=name)
     info.splits = datasets.SplitDict()
     for split in splits:
         files = sorted(glob.glob(str(work / turns / f"{split}-*.parquet")))
-        parts = [pq.read_table(f, columns=["_id", column]) for f in files]
-        data = {"query-id": [i for t in parts for i in t.column("_id").to_pylist()],
-                "corpus-ids": [ids for t in parts for ids in t.column(column).to_pylist()]}  # fmt: skip
-        table = datasets.Dataset.from_dict(data, features=TOP_RANKED_FEATURES)
+        parts = [pq.read_table(f, columns=["_id", "text", column] if name == FLAT_QUERY else ["_id", column])
+                 for f in files]  # fmt: skip
+        ids = [i for t in parts for i in t.column("_id").to_pylist()]
+        values = [v for t in parts for v in t.column(column).to_pylist()]
+        if name == FLAT_QUERY:
+            data = {"_id": ids, "text": [x for t in parts for x in t.column("text").to_pylist()],
+                    "history": [history_text(v) for v in values]}  # fmt: skip
+        else:
+            data = {"query-id": ids, "corpus-ids": values}
+        table = datasets.Dataset.from_dict(data, features=features)
         (work / name).mkdir(parents=True, exist_ok=True)
         table.to_parquet(str(work / name / f"{split}-00000-of-00001.parquet"))
         info.splits.add(datasets.SplitInfo(name=split, num_examples=len(table), num_bytes=table.data.nbytes))
