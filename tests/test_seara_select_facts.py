@@ -4,6 +4,8 @@ extractions left out and listed, bad evidence files refused (real HotpotQA dev-d
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -296,3 +298,34 @@ def test_no_usable_fact_where_facts_must_choose_exits_1_with_an_incomplete_repor
     assert report["complete"] is False and "minimal facts choose" in report["incomplete"]
     assert sorted(report["pools"][0]["facts"]["failed_queries"]) == sorted(r["_id"] for r in records)
     assert not (tmp_path / "out" / "chosen.yaml").exists() and not (tmp_path / "out" / "leaderboard.md").exists()
+
+
+def test_the_judge_keeps_judge_concurrency_requests_in_flight(files: dict, tmp_path: Path) -> None:
+    """`judge.concurrency` reaches the judge LLM's own limit (it used to stay at the client's default of 4)."""
+    records = files["records"][:6]
+    (tmp_path / "queries.jsonl").write_text("".join(json.dumps({"_id": r["_id"], "text": r["question"]}) + "\n"
+                                                    for r in records), encoding="utf-8")  # fmt: skip
+    space = {"depth": 4, "judge": {"concurrency": 8}, "dimensions": {"retrieval": {"bm25": {"retriever": "bm25"}}},
+             "search": {"strategy": "grid", "bootstrap": 50}}
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump(space), encoding="utf-8")
+    state = {"now": 0, "peak": 0}
+    lock = threading.Lock()
+
+    def reply(body: dict) -> str:
+        with lock:
+            state["now"] += 1
+            state["peak"] = max(state["peak"], state["now"])
+        time.sleep(0.15)
+        with lock:
+            state["now"] -= 1
+        return json.dumps({"rationale": "It names the answer.", "grade": 3})
+
+    server = FakeServer()
+    server.responder = reply
+    try:
+        args = _args(files["folder"], tmp_path / "out", "--judge", f"openai:test-model@{server.url};max_retries=0")
+        args[2], args[6] = str(tmp_path / "space.yaml"), str(tmp_path / "queries.jsonl")
+        assert main(args) == 0
+    finally:
+        server.close()
+    assert len(server.requests) == 24 and state["peak"] == 8

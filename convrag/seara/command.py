@@ -254,9 +254,11 @@ def run_command(args: argparse.Namespace) -> int:
         _dry_run(space, len(turns), print)
         return 0
 
+    limit = int(space.judge["concurrency"])  # requests in flight per LLM (a spec's max_concurrency wins)
+
     def make_llm(spec: str) -> Any:
         spec = component_spec if spec == "default" else spec
-        return get_llm(spec, cache=args.cache) if args.cache else get_llm(spec)
+        return get_llm(spec, max_concurrency=limit, **({"cache": args.cache} if args.cache else {}))
 
     # a run that fails before writing leaves no folder
     with claimed_out(out, inputs, COMMAND, read_whole=_read_whole(args)) as target:
@@ -268,8 +270,8 @@ def run_command(args: argparse.Namespace) -> int:
         strategy = args.query_strategy or space.queries["strategy"]
         with scope("select", Path(str(args.queries)).name):
             queries = query_texts(turns, strategy, llm=make_llm("default"), progress=progress)
-        judge = oracle if oracle is not None else get_llm(judge_spec, cache=args.cache) if args.cache \
-            else get_llm(judge_spec)
+        judge = oracle if oracle is not None else \
+            get_llm(judge_spec, max_concurrency=limit, **({"cache": args.cache} if args.cache else {}))
         runner = Runner(space, docs, queries, make_llm, progress=progress)
         settings = {"space": str(args.space), "strategy": space.strategy, "depth": space.depth, "seed": space.seed,
                     "corpus": str(corpus), "documents": len(docs), "queries": len(queries),
