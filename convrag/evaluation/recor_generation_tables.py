@@ -151,14 +151,16 @@ def summarise(rows: Sequence[Mapping[str, Any]], files: Sequence[Any], bench: An
             entry["run"] = runs[f.path]
             entry["correlation"] = correlation(scored, domains)
         systems.append(entry)
-    return {
-        "benchmark": bench.name, "folder": bench.folder, "split": bench.split, "domains": domains,
+    from convrag.provenance import local_path, relative_paths
+
+    return relative_paths({
+        "benchmark": bench.name, "folder": local_path(bench.folder), "split": bench.split, "domains": domains,
         "profile": scoring["profile"], "comparability": dict(scoring["comparability"]),
         "judge": dict(judge), "normalisation": scoring["normalisation"], "lexical": lexical, "systems": systems,
         "counts": {"turns": len(rows), "judged": sum(r["judged"] for r in rows),
                    "judge_failures": sum(not r["judged"] for r in rows),
                    "missing_predictions": sum(len(f.missing) for f in files)},
-    }  # fmt: skip
+    })  # fmt: skip
 
 
 # -- markdown -------------------------------------------------------------------------------------------------

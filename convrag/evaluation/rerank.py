@@ -217,8 +217,8 @@ class Stage:
         """System suffix, depth, reranker settings, and the cache counts (cross-encoder) or LLM report (listwise)."""
         out = {"name": self.spec.name, "depth": self.spec.depth, **self.reranker.describe()}
         if self.predictor is not None:
-            out["cache"] = {"folder": str(self.predictor.cache.folder) if self.predictor.cache.folder else None,
-                            **self.predictor.counts}  # fmt: skip
+            folder = self.predictor.cache.folder  # its settings hash only: no path of this machine in results
+            out["cache"] = {"entry": folder.name if folder else None, **self.predictor.counts}
         else:
             out["report"] = self.reranker.report()
         return out
