@@ -18,6 +18,7 @@ The current query and the appended parts are therefore never cut while they fit,
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 SEP = "\n"
 FITS, TRIMMED, TAIL_CUT = "fits", "history trimmed", "tail cut"
@@ -96,3 +97,21 @@ def fit_query(text: str, count: Callable[[str], int], limit: int) -> tuple[str, 
     partial = _words_fitting(history[lo - 1].split(" "), lambda p: SEP.join([p, *kept, *tail]), count, limit,
                              keep_end=True)  # fmt: skip
     return SEP.join(([partial] if partial else []) + kept + tail), TRIMMED
+
+
+def fit_queries(texts: Sequence[Any], count: Callable[[str], int], limit: int) -> tuple[list[str], dict[str, int]]:
+    """Every text fitted by :func:`fit_query` (token counts memoised per text), and how many got each status."""
+    stats = {FITS: 0, TRIMMED: 0, TAIL_CUT: 0}
+    out = []
+    for text in texts:
+        memo: dict[str, int] = {}
+
+        def counted(s: str, memo: dict[str, int] = memo) -> int:
+            if s not in memo:
+                memo[s] = count(s)
+            return memo[s]
+
+        fitted, status = fit_query(text, counted, limit)
+        stats[status] += 1
+        out.append(str(fitted))
+    return out, stats

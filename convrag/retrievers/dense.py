@@ -53,7 +53,7 @@ import numpy as np
 from convrag import embed as disk
 from convrag import embed_shards as shards
 from convrag.progress import label, relabelled
-from convrag.query_text import FITS, TAIL_CUT, TRIMMED, fit_query
+from convrag.query_text import fit_queries
 from convrag.retrievers import faiss_index
 from convrag.retrievers.base import Retriever, ranked_order
 from convrag.retrievers.encoders import default_model_path, pooled_model, pooling_mode
@@ -223,21 +223,7 @@ class DenseRetriever(Retriever):
         if not self.fit_queries:
             self.fit_stats = {}
             return [str(t) for t in texts]
-        limit = self.limit("query")
-        stats = {FITS: 0, TRIMMED: 0, TAIL_CUT: 0}
-        out = []
-        for text in texts:
-            memo: dict[str, int] = {}
-
-            def count(s: str, memo: dict[str, int] = memo) -> int:
-                if s not in memo:
-                    memo[s] = self.count_tokens(s, "query")
-                return memo[s]
-
-            fitted, status = fit_query(text, count, limit)
-            stats[status] += 1
-            out.append(str(fitted))
-        self.fit_stats = stats
+        out, self.fit_stats = fit_queries(texts, lambda s: self.count_tokens(s, "query"), self.limit("query"))
         return out
 
     # ----------------------------------------------------------------- index and search

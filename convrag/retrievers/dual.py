@@ -55,7 +55,7 @@ import numpy as np
 from convrag import embed as disk
 from convrag.errors import ConvragError
 from convrag.progress import label
-from convrag.query_text import FITS, TAIL_CUT, TRIMMED, QueryText, fit_query
+from convrag.query_text import QueryText, fit_queries
 from convrag.retrievers import faiss_index
 from convrag.retrievers.base import Retriever, ranked_order
 
@@ -257,19 +257,7 @@ class DualEncoderRetriever(Retriever):
         if not self.fit_queries:
             self.fit_stats = {}
             return [str(t) for t in formatted]
-        limit, stats, out = self.limit("query"), {FITS: 0, TRIMMED: 0, TAIL_CUT: 0}, []
-        for text in formatted:
-            memo: dict[str, int] = {}
-
-            def count(s: str, memo: dict[str, int] = memo) -> int:
-                if s not in memo:
-                    memo[s] = self.count_tokens(s, "query")
-                return memo[s]
-
-            fitted, status = fit_query(text, count, limit)
-            stats[status] += 1
-            out.append(str(fitted))
-        self.fit_stats = stats
+        out, self.fit_stats = fit_queries(formatted, lambda s: self.count_tokens(s, "query"), self.limit("query"))
         return out
 
     def _queries(self, texts: list[str]) -> np.ndarray:
