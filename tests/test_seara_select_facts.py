@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,23 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def _args(folder: Path, out: Path, *extra: str) -> list[str]:
     return ["select", "--space", str(folder / "space.yaml"), "--corpus", str(folder / "corpus.jsonl"), "--queries",
             str(folder / "queries.jsonl"), "--out", str(out), "--no-progress", *extra]
+
+
+def _select_over_http(files: dict, folder: Path, records: list, space: dict, reply: Callable[[dict], str],
+                      options: str = "max_retries=0") -> tuple[int, FakeServer]:
+    """``convrag select`` on ``records``' questions and ``space`` (written into ``folder``), judged by an LLM at a
+    fake OpenAI-compatible server whose replies ``reply(body)`` writes; the exit code and the (closed) server."""
+    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": r["_id"], "text": r["question"]}) + "\n"
+                                                  for r in records), encoding="utf-8")  # fmt: skip
+    (folder / "space.yaml").write_text(yaml.safe_dump(space), encoding="utf-8")
+    server = FakeServer()
+    server.responder = reply
+    try:
+        args = _args(files["folder"], folder / "out", "--judge", f"openai:test-model@{server.url};{options}")
+        args[2], args[6] = str(folder / "space.yaml"), str(folder / "queries.jsonl")
+        return main(args), server
+    finally:
+        server.close()
 
 
 def _true_evidence_recall(folder: Path, evidence: dict[str, list[str]]) -> dict[str, float]:
@@ -192,13 +210,10 @@ def test_a_failed_extraction_is_counted_listed_and_left_out_over_http(files: dic
     evidence = {r["_id"]: files["evidence"][r["_id"]] for r in records}
     question_of = {r["question"].strip(): r["_id"] for r in records}
     broken = records[0]["_id"]
-    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": r["_id"], "text": r["question"]}) + "\n"
-                                                  for r in records), encoding="utf-8")  # fmt: skip
     space = {"depth": 3, "judge": {"concurrency": 2},
              "dimensions": {"chunking": {k: CHUNKINGS[k] for k in ("paragraphs", "sent3")},
                             "retrieval": {"bm25": {"retriever": "bm25"}}},
              "search": {"strategy": "grid", "bootstrap": 100}}
-    (folder / "space.yaml").write_text(yaml.safe_dump(space), encoding="utf-8")
 
     def question(text: str) -> str:
         for q, qid in question_of.items():
@@ -219,16 +234,8 @@ def test_a_failed_extraction_is_counted_listed_and_left_out_over_http(files: dic
         return json.dumps({"rationale": "It states what the question asks." if relevant else "Another topic.",
                            "grade": 3 if relevant else 0})
 
-    server = FakeServer()
-    server.responder = reply
-    try:
-        spec = f"openai:test-model@{server.url};max_retries=0;timeout=5"
-        out = tmp_path / "out"
-        args = _args(files["folder"], out, "--judge", spec)
-        args[2], args[6] = str(folder / "space.yaml"), str(folder / "queries.jsonl")
-        assert main(args) == 0
-    finally:
-        server.close()
+    out = tmp_path / "out"
+    assert _select_over_http(files, folder, records, space, reply, "max_retries=0;timeout=5")[0] == 0
     printed = capsys.readouterr().out
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     facts = report["pools"][0]["facts"]
@@ -272,11 +279,8 @@ def test_no_usable_fact_where_facts_must_choose_exits_1_with_an_incomplete_repor
         files: dict, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """Every extraction reply is a refusal: the judged pool cannot be scored on facts, so nothing is chosen."""
     records = files["records"][:3]
-    (tmp_path / "queries.jsonl").write_text("".join(json.dumps({"_id": r["_id"], "text": r["question"]}) + "\n"
-                                                    for r in records), encoding="utf-8")  # fmt: skip
     space = {"depth": 2, "dimensions": {"chunking": {k: CHUNKINGS[k] for k in ("paragraphs", "sent3")}},
              "search": {"strategy": "grid", "bootstrap": 50}}
-    (tmp_path / "space.yaml").write_text(yaml.safe_dump(space), encoding="utf-8")
 
     def reply(body: dict) -> str:
         user = next(m["content"] for m in body["messages"] if m["role"] == "user")
@@ -284,14 +288,7 @@ def test_no_usable_fact_where_facts_must_choose_exits_1_with_an_incomplete_repor
             return "As an AI model I cannot quote documents verbatim."
         return json.dumps({"rationale": "It answers the question.", "grade": 3})
 
-    server = FakeServer()
-    server.responder = reply
-    try:
-        args = _args(files["folder"], tmp_path / "out", "--judge", f"openai:test-model@{server.url};max_retries=0")
-        args[2], args[6] = str(tmp_path / "space.yaml"), str(tmp_path / "queries.jsonl")
-        assert main(args) == 1
-    finally:
-        server.close()
+    assert _select_over_http(files, tmp_path, records, space, reply)[0] == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "failed:" in err[0] and "no query has a usable fact" in err[0]
     report = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
@@ -303,11 +300,8 @@ def test_no_usable_fact_where_facts_must_choose_exits_1_with_an_incomplete_repor
 def test_the_judge_keeps_judge_concurrency_requests_in_flight(files: dict, tmp_path: Path) -> None:
     """`judge.concurrency` reaches the judge LLM's own limit (it used to stay at the client's default of 4)."""
     records = files["records"][:6]
-    (tmp_path / "queries.jsonl").write_text("".join(json.dumps({"_id": r["_id"], "text": r["question"]}) + "\n"
-                                                    for r in records), encoding="utf-8")  # fmt: skip
     space = {"depth": 4, "judge": {"concurrency": 8}, "dimensions": {"retrieval": {"bm25": {"retriever": "bm25"}}},
              "search": {"strategy": "grid", "bootstrap": 50}}
-    (tmp_path / "space.yaml").write_text(yaml.safe_dump(space), encoding="utf-8")
     state = {"now": 0, "peak": 0}
     lock = threading.Lock()
 
@@ -320,12 +314,5 @@ def test_the_judge_keeps_judge_concurrency_requests_in_flight(files: dict, tmp_p
             state["now"] -= 1
         return json.dumps({"rationale": "It names the answer.", "grade": 3})
 
-    server = FakeServer()
-    server.responder = reply
-    try:
-        args = _args(files["folder"], tmp_path / "out", "--judge", f"openai:test-model@{server.url};max_retries=0")
-        args[2], args[6] = str(tmp_path / "space.yaml"), str(tmp_path / "queries.jsonl")
-        assert main(args) == 0
-    finally:
-        server.close()
-    assert len(server.requests) == 24 and state["peak"] == 8
+    rc, server = _select_over_http(files, tmp_path, records, space, reply)
+    assert rc == 0 and len(server.requests) == 24 and state["peak"] == 8
