@@ -50,17 +50,32 @@ def chunk_facts(run: RunLists, chunks: Mapping[str, Chunk], factset: FactSet,
     return out
 
 
+def _counts(covers: Mapping[str, Mapping[str, list[str]]], factset: FactSet,
+            query_ids: Sequence[str]) -> list[QueryCounts]:
+    return [mapping_counts(q, list(covers[q]), frozenset(factset.by_query.get(q, [])), covers[q], True, None)
+            for q in query_ids]
+
+
+def score_and_count(runs: Mapping[str, RunLists], chunks: Mapping[str, Chunk], factset: FactSet, k: int,
+                    query_ids: Sequence[str], *, pool_signature: str | None = None
+                    ) -> tuple[dict[str, dict[str, Any]], dict[str, list[QueryCounts]]]:
+    """:func:`score_runs` and, per configuration, the :func:`query_counts` it aggregates (for the paired
+    bootstrap), from one matching of each run's chunks to the facts."""
+    facts = {q: list(factset.by_query.get(q, [])) for q in query_ids}
+    scores, counts = {}, {}
+    for name, run in runs.items():
+        ranked = {q: list(run.get(q, ()))[:k] for q in query_ids}
+        covers = chunk_facts(ranked, chunks, factset, query_ids)
+        scores[name] = score_facts(ranked, facts, chunk_facts=covers, k=k, pool_signature=pool_signature)
+        counts[name] = _counts(covers, factset, query_ids)
+    return scores, counts
+
+
 def score_runs(runs: Mapping[str, RunLists], chunks: Mapping[str, Chunk], factset: FactSet, k: int,
                query_ids: Sequence[str], *, pool_signature: str | None = None) -> dict[str, dict[str, Any]]:
     """Each configuration's ``metrics/pr_auc`` ``facts`` result over ``query_ids`` (a query without facts is
     excluded, as R' = 0), cut at ``k``."""
-    facts = {q: list(factset.by_query.get(q, [])) for q in query_ids}
-    out = {}
-    for name, run in runs.items():
-        ranked = {q: list(run.get(q, ()))[:k] for q in query_ids}
-        out[name] = score_facts(ranked, facts, chunk_facts=chunk_facts(ranked, chunks, factset, query_ids), k=k,
-                                pool_signature=pool_signature)
-    return out
+    return score_and_count(runs, chunks, factset, k, query_ids, pool_signature=pool_signature)[0]
 
 
 def query_counts(run: RunLists, chunks: Mapping[str, Chunk], factset: FactSet, k: int,
@@ -68,8 +83,7 @@ def query_counts(run: RunLists, chunks: Mapping[str, Chunk], factset: FactSet, k
     """Per query of ``query_ids`` (in order) the fact-level counts at cut-offs 1..k: what :func:`score_runs`
     aggregates, for the paired bootstrap."""
     covers = chunk_facts({q: list(run.get(q, ()))[:k] for q in query_ids}, chunks, factset, query_ids)
-    return [mapping_counts(q, list(covers[q]), frozenset(factset.by_query.get(q, [])), covers[q], True, None)
-            for q in query_ids]
+    return _counts(covers, factset, query_ids)
 
 
 #: extraction outcomes that mean the extractor gave no usable answer for a pair (the query is left out)

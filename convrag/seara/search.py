@@ -251,8 +251,8 @@ class Searcher:
         if not any(facts.factset.by_query.get(q) for q in fact_qids):
             return
         signature = result.pseudo.signature
-        result.fact_scores = fact_level.score_runs(runs, table, facts.factset, k, fact_qids, pool_signature=signature)
-        counts = {n: fact_level.query_counts(run, table, facts.factset, k, fact_qids) for n, run in runs.items()}
+        result.fact_scores, counts = fact_level.score_and_count(runs, table, facts.factset, k, fact_qids,
+                                                                pool_signature=signature)
         result.fact_boot = bootstrap_counts(counts, k, n_boot=self.space.bootstrap, seed=self.space.seed,
                                             level=int(self.space.judge["level"]), alpha=self.space.alpha,
                                             pool_signature=signature)  # fmt: skip
