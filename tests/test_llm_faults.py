@@ -28,6 +28,11 @@ class Answer(BaseModel):
 GOOD = '{"answer": "Paris", "confidence": 0.9}'
 
 
+class _Server(ThreadingHTTPServer):
+    #: room for a burst of connections (the default backlog of 5 would hold a client of 16 threads back)
+    request_queue_size = 128
+
+
 class FakeServer:
     """Replies follow ``script`` (one action per request), then ``ok``. Actions: ``ok``, ``429``, ``500``,
     ``503``, ``401``, ``sleep``, ``badbody``, ``html``, ``content:<text>``, ``reject_json_schema``,
@@ -40,6 +45,13 @@ class FakeServer:
         self.responder: Callable[[dict], str] | None = None
         #: the finish_reason of every ``ok`` reply ("length": cut off at max_tokens)
         self.finish_reason = "stop"
+        #: seconds every request is held before its reply (a server that answers after a fixed delay)
+        self.delay = 0.0
+        #: ``usage(body, content) -> (prompt_tokens, completion_tokens)`` of every ``ok`` reply (default 11 / 7)
+        self.usage: Callable[[dict, str], tuple[int, int]] | None = None
+        #: (time, requests in flight after it) at every arrival and departure: see :meth:`in_flight`
+        self.timeline: list[tuple[float, int]] = []
+        self._open = 0
         self.lock = threading.Lock()
         server = self
 
@@ -52,6 +64,18 @@ class FakeServer:
                 with server.lock:
                     server.requests.append(body)
                     action = server.script.pop(0) if server.script else "ok"
+                    server._open += 1
+                    server.timeline.append((time.perf_counter(), server._open))
+                try:
+                    if server.delay:
+                        time.sleep(server.delay)
+                    self._reply(body, action)
+                finally:
+                    with server.lock:
+                        server._open -= 1
+                        server.timeline.append((time.perf_counter(), server._open))
+
+            def _reply(self, body: dict, action: str) -> None:
                 rf = body.get("response_format") or {}
                 if (action == "reject_json_schema" and rf.get("type") == "json_schema") or (
                         action == "reject_response_format" and rf):
@@ -77,11 +101,13 @@ class FakeServer:
                     content = server.responder(body)
                 else:
                     content = GOOD
+                prompt, completion = server.usage(body, content) if server.usage else (11, 7)
                 return self._send(200, json.dumps({
                     "id": "c1", "object": "chat.completion", "created": 0, "model": body["model"],
                     "choices": [{"index": 0, "finish_reason": server.finish_reason,
                                  "message": {"role": "assistant", "content": content}}],
-                    "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}}))
+                    "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                              "total_tokens": prompt + completion}}))
 
             def _send(self, code: int, text: str, ctype: str = "application/json") -> None:
                 data = text.encode()
@@ -94,11 +120,26 @@ class FakeServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout test)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = _Server(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
+
+    def in_flight(self) -> tuple[int, float]:
+        """(peak, mean) requests in flight, counted by the server. The mean is time-weighted from the first request's
+        arrival to the last one's: the span while work remained to be handed out (the tail after the last arrival,
+        when fewer requests than the bound are left, does not count)."""
+        with self.lock:
+            line = list(self.timeline)
+        arrivals = [i for i in range(1, len(line)) if line[i][1] > line[i - 1][1]] if line else []
+        if not line:
+            return 0, 0.0
+        end = line[arrivals[-1]][0] if arrivals else line[0][0]
+        area = sum(n * (min(t1, end) - t0) for (t0, n), (t1, _) in zip(line, line[1:], strict=False)
+                   if t0 < end)
+        span = end - line[0][0]
+        return max(n for _, n in line), (area / span if span > 0 else float(line[0][1]))
 
     def close(self) -> None:
         self.httpd.shutdown()
