@@ -13,6 +13,7 @@ from convrag.llm.batch import BatchResult, run_batch
 from convrag.llm.cache import DiskCache, cache_key, default_cache_dir
 from convrag.llm.client import LLM, RetryPolicy
 from convrag.llm.ensemble import EnsembleResult, JudgeEnsemble, JudgeResult, Permutation, combine, permute
+from convrag.llm.identity import ModelIdentity, describe, describe_all
 from convrag.llm.prompts import PromptError, PromptTemplate, list_prompts, load_prompt
 from convrag.llm.report import RunReport
 from convrag.llm.spec import BackendSpec, get_llm, is_placeholder, parse_spec
@@ -33,6 +34,7 @@ __all__ = [
     "LLM", "BackendError", "BackendSpec", "BatchResult", "Completion", "DiskCache", "EndpointUnreachable",
     "EnsembleResult", "JudgeEnsemble", "JudgeResult", "LLMError", "LLMFailure", "Message", "ParseError", "Parsed",
     "Permutation", "PromptError", "PromptTemplate", "RetryPolicy", "RunReport", "SamplingParams", "UnparsableReply",
-    "Usage", "cache_key", "combine", "default_cache_dir", "extract_json", "get_llm", "is_placeholder",
+    "Usage", "ModelIdentity", "cache_key", "combine", "default_cache_dir", "describe", "describe_all",
+    "extract_json", "get_llm", "is_placeholder",
     "json_schema_for", "list_prompts", "load_prompt", "parse_spec", "parse_structured", "permute", "run_batch",
 ]
