@@ -259,16 +259,20 @@ def test_summary_markdown_heatmap_and_printout(full: dict) -> None:
     assert text in full["stdout"] and "verdicts.jsonl" in full["stdout"] and "heatmap.png" in full["stdout"]
     assert "| Benchmark | Comp. | Comp. x5 | chance | Q-E | A-E | Qual. |" in text
     for name in ("recor", "mtr-bench", *(f"recor / {d}" for d in RECOR_DOMAINS)):
-        comp, comp5, chance, qe, ae, qual = table_row(text, name)[1:]
+        cells = table_row(text, name)[1:]
+        assert all(re.fullmatch(r"\S+ \(n=\d+(, \d+ excluded)?\)", c) for c in (cells[0], *cells[3:]))  # counts
+        comp, comp5, chance, qe, ae, qual = [c.split(" (")[0] for c in cells]
         assert (qe, ae, qual) == ("4.00", "4.00", "3.00")
         assert float(comp5) == pytest.approx(5 * float(comp), abs=0.01)
         if name in ("recor", "mtr-bench"):  # chance = mean of 1 / candidates shown (MTR-Bench: 8)
             assert 1 / 8 <= float(chance) <= 1 / 2 and (name == "recor" or float(chance) == pytest.approx(0.125))
     summary = full["summary"]["benchmarks"]["mtr-bench"]["all"]["overall"]
-    assert table_row(text, "mtr-bench")[1] == f"{summary['completeness']['mean']:.3f}"
+    n, failed = summary["completeness"]["n"], summary["completeness"]["failed"]
+    assert table_row(text, "mtr-bench")[1] == (f"{summary['completeness']['mean']:.3f} (n={n}"
+                                               + (f", {failed} excluded)" if failed else ")"))
     assert "## RECOR quality judges" in text
     recor_quality = text.split("## RECOR quality judges", 1)[1]
-    assert table_row(recor_quality, "recor")[1:] == ["3.00", "4.50", "3.50", "3.00"]
+    assert [c.split(" (")[0] for c in table_row(recor_quality, "recor")[1:]] == ["3.00", "4.50", "3.50", "3.00"]
     assert f"- recor, dependency_type, {ALPHA}: coreference" in text
     assert re.search(rf"- mtr-bench, question_pattern, {BETA}: what 100%.*entropy 0\.000; unparsed 0", text)
     excluded = full["summary"]["benchmarks"]["recor"]["all"]["per_judge"][BETA]["query_evidence"]["failed"]

@@ -246,7 +246,7 @@ def test_write_choice_round_trips(tmp_path):
     assert text.startswith("# SEARA choice") and "# This choice: cheaper within CI" in text
     loaded = yaml.safe_load(text)
     assert loaded == {"configuration": "nms+filters+llm", "pool_signature": SIG, "measure": "chunks",
-                      "measure_reason": None, "dimensions": dims,
+                      "measure_reason": None, "judge": None, "dimensions": dims,
                       "metrics": {"pr_auc": 0.4321, "ci": [0.40, 0.46], "n_scored": 120}}  # fmt: skip
 
 

@@ -59,7 +59,7 @@ def _args(folder: Path, out: Path, *extra: str) -> list[str]:
 
 
 def _select_over_http(files: dict, folder: Path, records: list, space: dict, reply: Callable[[dict], str],
-                      options: str = "max_retries=0") -> tuple[int, FakeServer]:
+                      options: str = "max_retries=0", model: str = "test-model") -> tuple[int, FakeServer]:
     """``convrag select`` on ``records``' questions and ``space`` (written into ``folder``), judged by an LLM at a
     fake OpenAI-compatible server whose replies ``reply(body)`` writes; the exit code and the (closed) server."""
     (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": r["_id"], "text": r["question"]}) + "\n"
@@ -68,7 +68,7 @@ def _select_over_http(files: dict, folder: Path, records: list, space: dict, rep
     server = FakeServer()
     server.responder = reply
     try:
-        args = _args(files["folder"], folder / "out", "--judge", f"openai:test-model@{server.url};{options}")
+        args = _args(files["folder"], folder / "out", "--judge", f"openai:{model}@{server.url};{options}")
         args[2], args[6] = str(folder / "space.yaml"), str(folder / "queries.jsonl")
         return main(args), server
     finally:

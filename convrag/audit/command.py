@@ -26,6 +26,7 @@ def run_command(args: argparse.Namespace) -> int:
     from convrag.audit.report import coverage, empty_dimensions, heatmap, render, summarize
     from convrag.audit.runner import estimate, make_judges, parse_dimensions, run_audit, write_verdicts
     from convrag.hub import resolve_folder
+    from convrag.llm.identity import describe
     from convrag.llm.spec import PLACEHOLDER_WARNING, REAL_MODEL_HINT, SPEC_ENV, is_placeholder
     from convrag.out_folder import check_not_input, claim_out
     from convrag.progress import wanted
@@ -62,6 +63,8 @@ def run_command(args: argparse.Namespace) -> int:
                 cost = "unpriced" if row["cost_usd"] is None else f"${row['cost_usd']:.4f}"
                 print(f"{audit_set.benchmark:<28} {row['judge']:<36} {row['calls']:>8,} {row['prompt_tokens']:>12,} "
                       f"{row['completion_tokens']:>11,} {cost:>10}")
+        for spec in dict.fromkeys(specs):
+            print(f"Judge {spec.split(';')[0]}: {describe(spec).label}")
         print("Tokens are the real prompts' characters / 4 and 150 output tokens per call."
               + (" The --missed relevance calls (one per pooled unlabelled document and per labelled document of "
                  "each turn) are not included." if args.missed else ""))
@@ -79,6 +82,7 @@ def run_command(args: argparse.Namespace) -> int:
         cover = coverage(runs, dimensions)
         summary.update(dimensions=dimensions, judges=specs, sample=args.sample, seed=args.seed,
                        negatives=args.negatives, completeness_pool="whole" if whole_pool else "first-k",
+                       judge_models=[describe(j).to_dict() for j in judges],
                        llm={j.spec: j.report.to_dict() for j in judges}, coverage=cover)
         empty = empty_dimensions(cover)
         if args.missed:

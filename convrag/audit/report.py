@@ -22,6 +22,7 @@ from convrag.audit.runner import CONVERSATION_DIMENSIONS, AuditRun, item_domain
 from convrag.audit.verdict import failure_kind
 from convrag.metrics.audit.aggregate import aggregate_labels, aggregate_scores
 from convrag.metrics.audit.judging import LABEL_SETS
+from convrag.provenance import local_path
 
 SCORE_LABELS = {**mtr_eval.LABELS, "naturalness": "Natural.", "turn_coherence": "Coherence",
                 "question_quality": "Q. quality", "groundedness": "Grounded."}
@@ -48,7 +49,7 @@ def summarize(runs: Sequence[AuditRun]) -> dict[str, Any]:
             by_domain.setdefault(domains.get(v.item_id, ""), []).append(v)
         shown = [len(v.extra.get("candidates") or []) for v in run.verdicts if v.dimension == "completeness"]
         out["benchmarks"][name] = {
-            "folder": str(run.audit_set.folder), "items": len(run.audit_set.items),
+            "folder": local_path(run.audit_set.folder), "items": len(run.audit_set.items),
             "skipped": run.audit_set.skipped, "not_applicable": dict(run.not_applicable),
             "verdicts": len(run.verdicts), "all": _aggregate(run.verdicts),
             "completeness_chance": sum(1 / n for n in shown if n) / len(shown) if shown else None,
@@ -124,9 +125,35 @@ def _rows(summary: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     return rows
 
 
+def _counted(slot: Mapping[str, Any] | None, digits: int = 2) -> str:
+    """A mean with the verdicts behind it: ``4.20 (n=12)``, or ``5.00 (n=1, 3 excluded)`` when unreadable or
+    failed verdicts were left out of it; ``n/a (0 of 3)`` when none was usable."""
+    if not slot:
+        return "n/a"
+    n, failed = slot.get("n") or 0, slot.get("failed") or 0
+    if slot.get("mean") is None:
+        return f"n/a (0 of {failed})" if failed else "n/a"
+    return f"{slot['mean']:.{digits}f} (n={n}" + (f", {failed} excluded)" if failed else ")")
+
+
+def judge_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Who judged: each judge's resolved model (``summary["judge_models"]``), and a warning line when any of them is
+    the embedded placeholder."""
+    models = summary.get("judge_models") or []
+    if not models:
+        return []
+    lines = ["Judges: " + "; ".join(m["label"] for m in models) + "."]
+    if any(m.get("placeholder") for m in models):
+        lines.append("Warning: verdicts of the embedded placeholder model, too weak to judge: these figures only show "
+                     "that the plumbing works, they are not measurements.")
+    return [*lines, ""]
+
+
 def render(summary: Mapping[str, Any]) -> str:
-    """The Markdown tables, under an ``INCOMPLETE: ...`` line when ``summary["complete"]`` is False."""
+    """The Markdown tables, under an ``INCOMPLETE: ...`` line when ``summary["complete"]`` is False and the judges'
+    line (:func:`judge_lines`). Each mean shows the readable verdicts behind it and those excluded."""
     lines = [f"INCOMPLETE: {summary.get('incomplete')}", ""] if summary.get("complete") is False else []
+    lines += judge_lines(summary)
     lines += ["## MTR-Eval (mean over judges; Comp. = accuracy of picking the gold among the shown candidates, "
              "chance = mean of 1 / candidates)", "",
              "| Benchmark | Comp. | Comp. x5 | chance | Q-E | A-E | Qual. |", "|---|---|---|---|---|---|---|"]
@@ -134,15 +161,15 @@ def render(summary: Mapping[str, Any]) -> str:
         o = agg["overall"]
         comp = o.get("completeness", {}).get("mean")
         chance = summary["benchmarks"].get(name, {}).get("completeness_chance")
-        lines.append(f"| {name} | {_cell(comp, 3)} | {_cell(None if comp is None else comp * 5)} | "
+        lines.append(f"| {name} | {_counted(o.get('completeness'), 3)} | {_cell(None if comp is None else comp * 5)} | "
                      f"{_cell(chance, 3)} | "
-                     + " | ".join(_cell(o.get(d, {}).get("mean")) for d in mtr_eval.DIMENSIONS[1:]) + " |")
+                     + " | ".join(_counted(o.get(d)) for d in mtr_eval.DIMENSIONS[1:]) + " |")
     lines += ["", "## RECOR quality judges (1-5, mean over judges)", "",
               "| Benchmark | " + " | ".join(SCORE_LABELS[d] for d in recor_judges.DIMENSIONS) + " |",
               "|---" * (len(recor_judges.DIMENSIONS) + 1) + "|"]
     for name, agg in _rows(summary):
-        lines.append(f"| {name} | " + " | ".join(_cell(agg["overall"].get(d, {}).get("mean"))
-                                                   for d in recor_judges.DIMENSIONS) + " |")
+        lines.append(f"| {name} | " + " | ".join(_counted(agg["overall"].get(d)) for d in recor_judges.DIMENSIONS)
+                     + " |")
     divisor = summary.get("entropy_denominator") or "log of the label-set size"
     lines += ["", f"## Turn labels (RECOR Tables 29-30): share of turns, normalised entropy H / ({divisor})", ""]
     for name, bench in summary["benchmarks"].items():
@@ -169,12 +196,16 @@ def heatmap(summary: Mapping[str, Any], path: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     cells: dict[tuple[str, str], float] = {}
+    judges = {j for bench in summary["benchmarks"].values() for j in bench["all"]["per_judge"]}
+    short = {j: j.split("@")[0] for j in judges}  # rows without the endpoint (it is in the footnote) when unambiguous
+    if len(set(short.values())) < len(short):
+        short = {}
     for name, bench in summary["benchmarks"].items():
         for judge, dims in bench["all"]["per_judge"].items():
             for dim, s in dims.items():
                 if s["mean"] is not None:
                     scale = 5.0 if dim == "completeness" else 1.0
-                    cells[(f"{judge} ({name})", SCORE_LABELS.get(dim, dim))] = s["mean"] * scale
+                    cells[(f"{short.get(judge, judge)} ({name})", SCORE_LABELS.get(dim, dim))] = s["mean"] * scale
     if not cells:
         return None
     rows = sorted({r for r, _ in cells})
@@ -189,7 +220,13 @@ def heatmap(summary: Mapping[str, Any], path: Path) -> Path | None:
             if v == v:
                 ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="white" if v < 3.5 else "black")
     fig.colorbar(im, ax=ax, label="mean (Comp. x5)")
+    models = summary.get("judge_models") or []
+    foot = "; ".join(f"{m['spec']} = {m['label']}" for m in models)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    if foot:
+        fig.subplots_adjust(bottom=min(0.5, fig.subplotpars.bottom + 0.4 / fig.get_figheight()))
+        fig.text(0.01, 0.01, f"judges: {foot}", fontsize="x-small",
+                 color="red" if any(m.get("placeholder") for m in models) else "gray")
+    fig.savefig(path, dpi=120, metadata={"Description": f"judges: {foot}"} if foot else None)
     plt.close(fig)
     return path

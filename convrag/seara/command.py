@@ -58,8 +58,9 @@ def _curves(result: Any) -> dict[str, dict[str, Any]]:
             for name, s in result.scores.items()}  # fmt: skip
 
 
-def write_pool(folder: Path, result: Any, space: Any, qrels: bool = True) -> None:
-    """One pool's leaderboard, PR curves and (``qrels``) pseudo-qrels (Parquet, JSON, TREC) under ``folder``."""
+def write_pool(folder: Path, result: Any, space: Any, qrels: bool = True, judge: dict[str, Any] | None = None) -> None:
+    """One pool's leaderboard, PR curves and (``qrels``) pseudo-qrels (Parquet, JSON, TREC) under ``folder``; the
+    ``judge`` (:func:`convrag.seara.report.judge_identity`) is named in each."""
     from convrag.seara.qrels import write_pseudo_qrels
     from convrag.seara.report import plot_pr_curves, write_leaderboard
 
@@ -68,8 +69,9 @@ def write_pool(folder: Path, result: Any, space: Any, qrels: bool = True) -> Non
     write_leaderboard(folder, result.scores, bootstrap=result.boot, costs=costs, judge_calls=result.judge_calls(),
                       facts=result.fact_scores, fact_bootstrap=result.fact_boot,
                       headline=result.measure if result.fact_scores is not None else "chunks",
-                      notes=_fact_notes(result))  # fmt: skip
-    plot_pr_curves(folder / "pr_curves.png", _curves(result), f"SEARA {result.label}", result.pseudo.signature)
+                      notes=_fact_notes(result), judge=judge)  # fmt: skip
+    plot_pr_curves(folder / "pr_curves.png", _curves(result), f"SEARA {result.label}", result.pseudo.signature,
+                   judge=judge)
     if qrels:
         write_pseudo_qrels(result.pseudo, folder)
 
@@ -168,13 +170,14 @@ def _write_result(tmp: Path, found: Any, space: Any, settings: dict[str, Any], r
     from convrag.synthesis.engine import write_json_atomic
 
     final, chosen = found.final, found.chosen
-    write_pool(tmp, final, space, qrels=False)
+    judge = settings.get("judge_model")
+    write_pool(tmp, final, space, qrels=False, judge=judge)
     figures = {k: v for k, v in final.scores[chosen.name].items() if isinstance(v, (int, float))}
     if final.fact_scores is not None:
         figures.update({f"fact_{k}": v for k, v in final.fact_scores[chosen.name].items()
                         if isinstance(v, (int, float))})
     write_choice(tmp / "chosen.yaml", chosen.name, chosen.as_dict(), figures, final.pseudo.signature or "",
-                 reason=final.pick.reason, measure=final.measure, measure_reason=final.measure_reason)
+                 reason=final.pick.reason, measure=final.measure, measure_reason=final.measure_reason, judge=judge)
     factorial = found.factorial
     if factorial is not None:
         varied = list(factorial.effects["levels"])
@@ -215,7 +218,7 @@ def run_command(args: argparse.Namespace) -> int:
     from convrag.progress import scope, wanted
     from convrag.seara.evidence import ORACLE_PREFIX, is_oracle_spec, load_oracle
     from convrag.seara.inputs import query_texts, read_corpus, read_turns
-    from convrag.seara.report import leaderboard
+    from convrag.seara.report import judge_identity, leaderboard
     from convrag.seara.runner import Runner
     from convrag.seara.search import Searcher, UnscorableFacts, UnscorablePool
     from convrag.seara.space import load_space
@@ -250,7 +253,8 @@ def run_command(args: argparse.Namespace) -> int:
         raise ConvragError("--corpus is required unless --queries is a built benchmark folder")
     docs = read_corpus(corpus, args.corpus_config)
     if args.dry_run:
-        print(f"{len(docs):,} documents, {len(turns):,} queries, judge {judge_spec}")
+        ident = judge_identity(judge_spec, oracle.source if oracle is not None else None)
+        print(f"{len(docs):,} documents, {len(turns):,} queries, judge {ident['label']}")
         _dry_run(space, len(turns), print)
         return 0
 
@@ -275,7 +279,8 @@ def run_command(args: argparse.Namespace) -> int:
         runner = Runner(space, docs, queries, make_llm, progress=progress)
         settings = {"space": str(args.space), "strategy": space.strategy, "depth": space.depth, "seed": space.seed,
                     "corpus": str(corpus), "documents": len(docs), "queries": len(queries),
-                    "query_strategy": strategy, "judge": judge_spec}  # fmt: skip
+                    "query_strategy": strategy, "judge": judge_spec,
+                    "judge_model": judge_identity(judge_spec, oracle.source if oracle is not None else None)}
         empty = None
         with replacing(out, target, overwrite=True, is_build=lambda _: True) as tmp:  # claim_out accepted target
             claim_out(tmp, (), COMMAND)  # the folder swapped in carries the marker
@@ -283,7 +288,8 @@ def run_command(args: argparse.Namespace) -> int:
 
             def on_pool(result: Any) -> None:
                 pools.append(result)
-                write_pool(tmp / "pools" / f"{len(pools):02d}-{_slug(result.label)}", result, space)
+                write_pool(tmp / "pools" / f"{len(pools):02d}-{_slug(result.label)}", result, space,
+                           judge=settings["judge_model"])
 
             try:
                 found = Searcher(space, runner, judge, on_pool=on_pool).run()
@@ -308,7 +314,8 @@ def run_command(args: argparse.Namespace) -> int:
     costs = {c.name: space.cost(c) for c in final.configurations}
     print(leaderboard(final.scores, bootstrap=final.boot, costs=costs, judge_calls=final.judge_calls(),
                       facts=final.fact_scores, fact_bootstrap=final.fact_boot,
-                      headline=final.measure if final.fact_scores is not None else "chunks"))
+                      headline=final.measure if final.fact_scores is not None else "chunks",
+                      judge=settings["judge_model"]))
     if final.fact_scores is not None:
         print("\n".join(_fact_notes(final)))
     print(f"\nChosen: {chosen.name} by {final.measure_reason} ({final.pick.reason})")

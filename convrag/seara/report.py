@@ -106,6 +106,30 @@ def leaderboard_rows(results: Mapping[str, Mapping[str, Any]], *, bootstrap: Boo
     return signature, rows
 
 
+def judge_identity(spec: str, oracle_source: str | None = None) -> dict[str, Any]:
+    """What made a pool's pseudo-qrels, for the files select writes: :func:`convrag.llm.identity.describe`'s fields
+    (the spec resolved, the model, whether it is the embedded placeholder, a ``label``), or for an evidence oracle
+    its file's name (no LLM, no machine path)."""
+    if oracle_source is not None:
+        name = Path(oracle_source).name
+        return {"spec": f"oracle:{name}", "model": "labelled evidence", "endpoint": None, "placeholder": False,
+                "label": f"evidence oracle ({name}; labelled evidence spans, no LLM)"}
+    from convrag.llm.identity import describe
+
+    return describe(spec).to_dict()
+
+
+def judge_lines(judge: Mapping[str, Any] | None) -> list[str]:
+    """The judge line of a leaderboard or choice file, and a warning line when the judge is the placeholder."""
+    if not judge:
+        return []
+    lines = [f"Judge: {judge['label']}."]
+    if judge.get("placeholder"):
+        lines.append("Warning: the pseudo-qrels come from the embedded placeholder model, too weak to judge: this "
+                     "leaderboard only shows that the plumbing works, it is not a measurement.")
+    return lines
+
+
 def _fmt(value: Any, digits: int) -> str:
     if value is None:
         return "-"
@@ -125,10 +149,11 @@ def leaderboard(results: Mapping[str, Mapping[str, Any]], *, bootstrap: Bootstra
                 judge_calls: Mapping[str, int] | None = None, costs: Mapping[str, float] | None = None,
                 calibration: Any = None, digits: int = 4, facts: Mapping[str, Mapping[str, Any]] | None = None,
                 fact_bootstrap: BootstrapResult | None = None, headline: str = "chunks",
-                notes: Sequence[str] = ()) -> str:
-    """The markdown leaderboard of one pool (:func:`leaderboard_rows`) with the notes under it: queries, those
-    excluded (R' = 0), pool signature, the pool-relative recall caveat, the judge ``calibration`` if given
-    (a :class:`convrag.audit.missed.Calibration`, a mapping of figures, or text) and any extra ``notes``."""
+                notes: Sequence[str] = (), judge: Mapping[str, Any] | None = None) -> str:
+    """The markdown leaderboard of one pool (:func:`leaderboard_rows`) with the notes under it: the judge that made
+    the pseudo-qrels (``judge``: :func:`judge_identity`; a placeholder warning when it is the embedded model),
+    queries, those excluded (R' = 0), pool signature, the pool-relative recall caveat, the judge ``calibration`` if
+    given (a :class:`convrag.audit.missed.Calibration`, a mapping of figures, or text) and any extra ``notes``."""
     signature, rows = leaderboard_rows(results, bootstrap=bootstrap, judge_calls=judge_calls, costs=costs,
                                        facts=facts, fact_bootstrap=fact_bootstrap, headline=headline)
     level = f"{1 - bootstrap.alpha:.0%} CI" if bootstrap is not None else "no CI"
@@ -155,10 +180,11 @@ def leaderboard(results: Mapping[str, Mapping[str, Any]], *, bootstrap: Bootstra
         lines.append("| " + " | ".join(cells) + " |")
     first = next(iter(results.values()))
     scored, excluded = first.get("n_scored") or 0, first.get("n_excluded") or 0
-    text = [f"{scored + excluded} queries, {excluded} excluded (R' = 0: no pooled relevant chunk; candidate "
-            f"unanswerable). Pool signature: `{signature}`.",
-            "Recall is pool-relative (over the pooled relevant chunks only): compare configurations within this "
-            "pool only, never across pools."]  # fmt: skip
+    text = judge_lines(judge)
+    text += [f"{scored + excluded} queries, {excluded} excluded (R' = 0: no pooled relevant chunk; candidate "
+             f"unanswerable). Pool signature: `{signature}`.",
+             "Recall is pool-relative (over the pooled relevant chunks only): compare configurations within this "
+             "pool only, never across pools."]  # fmt: skip
     if facts is not None:
         text.append("Fact PR-AUC: recall over the pool's minimal facts (one chunk states a fact when it holds it "
                     "whole), precision = top-k chunks stating a fact / min(k, n); it does not reward cutting the same "
@@ -174,23 +200,25 @@ def write_leaderboard(folder: str | os.PathLike, results: Mapping[str, Mapping[s
                       costs: Mapping[str, float] | None = None, calibration: Any = None,
                       facts: Mapping[str, Mapping[str, Any]] | None = None,
                       fact_bootstrap: BootstrapResult | None = None, headline: str = "chunks",
-                      notes: Sequence[str] = ()) -> dict[str, Path]:
+                      notes: Sequence[str] = (), judge: Mapping[str, Any] | None = None) -> dict[str, Path]:
     """Write ``leaderboard.md`` (:func:`leaderboard`), ``leaderboard.csv`` (:data:`COLUMNS`) and
-    ``leaderboard.json`` ({pool_signature, headline, rows, bootstrap and fact bootstrap summaries or None}) into
-    ``folder``; returns the paths."""
+    ``leaderboard.json`` ({pool_signature, headline, judge, rows, bootstrap and fact bootstrap summaries or None})
+    into ``folder``; returns the paths."""
     kwargs = {"bootstrap": bootstrap, "judge_calls": judge_calls, "costs": costs, "facts": facts,
               "fact_bootstrap": fact_bootstrap, "headline": headline}
     signature, rows = leaderboard_rows(results, **kwargs)
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     paths = {ext: out / f"leaderboard.{ext}" for ext in ("md", "csv", "json")}
-    paths["md"].write_text(leaderboard(results, calibration=calibration, notes=notes, **kwargs), encoding="utf-8")
+    paths["md"].write_text(leaderboard(results, calibration=calibration, notes=notes, judge=judge, **kwargs),
+                           encoding="utf-8")
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
     writer.writeheader()
     writer.writerows({c: "" if r[c] is None else r[c] for c in COLUMNS} for r in rows)
     paths["csv"].write_text(buffer.getvalue(), encoding="utf-8")
-    payload = {"pool_signature": signature, "headline": headline, "rows": rows,
+    payload = {"pool_signature": signature, "headline": headline, "judge": dict(judge) if judge else None,
+               "rows": rows,
                "bootstrap": bootstrap.summary() if bootstrap is not None else None,
                "fact_bootstrap": fact_bootstrap.summary() if fact_bootstrap is not None else None}
     paths["json"].write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -209,23 +237,26 @@ def _plain(value: Any) -> Any:
 
 
 def write_choice(path: str | os.PathLike, name: str, dimensions: dict, metrics: dict, pool_signature: str, *,
-                 reason: str | None = None, measure: str = "chunks", measure_reason: str | None = None) -> Path:
-    """Write the chosen configuration as YAML ({configuration, pool_signature, measure, measure_reason,
+                 reason: str | None = None, measure: str = "chunks", measure_reason: str | None = None,
+                 judge: Mapping[str, Any] | None = None) -> Path:
+    """Write the chosen configuration as YAML ({configuration, pool_signature, measure, measure_reason, judge,
     dimensions, metrics}) under a commented header saying how it was chosen (``reason``: e.g.
     :attr:`convrag.seara.stats.Pick.reason`; ``measure``: ``"chunks"`` or ``"facts"``, the PR-AUC that chose,
-    and ``measure_reason``: why that one)."""
+    ``measure_reason``: why that one; ``judge``: :func:`judge_identity`, named in the header)."""
     what = "fact-level PR-AUC micro (over the pool's minimal facts)" if measure == "facts" else \
         "PR-AUC micro (step, over rank cut-offs) against the pool's pseudo-qrels"
     header = [CHOICE_FILE_HEADER,
               f"# Rule: highest {what}; among",
               "# configurations whose paired-bootstrap difference CI to the best contains 0, the cheapest wins.",
               f"# Scores are pool-relative: valid for pool {pool_signature} only."]  # fmt: skip
+    header += [f"# {line}" for line in judge_lines(judge)]
     if measure_reason:
         header.append(f"# Measure: {' '.join(measure_reason.split())}")
     if reason:
         header.append(f"# This choice: {' '.join(reason.split())}")
     body = {"configuration": name, "pool_signature": pool_signature, "measure": measure,
-            "measure_reason": measure_reason, "dimensions": _plain(dimensions), "metrics": _plain(metrics)}
+            "measure_reason": measure_reason, "judge": dict(judge) if judge else None,
+            "dimensions": _plain(dimensions), "metrics": _plain(metrics)}
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text("\n".join(header) + "\n" + yaml.safe_dump(body, sort_keys=False, allow_unicode=True),
@@ -233,18 +264,21 @@ def write_choice(path: str | os.PathLike, name: str, dimensions: dict, metrics: 
     return target
 
 
-def _save(fig: Figure, path: Path) -> None:
+def _save(fig: Figure, path: Path, note: str | None = None) -> None:
+    """Save as PNG; ``note`` (the footnote) also goes into the file's ``Description`` text field."""
     path.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
-    fig.savefig(path, format="png", dpi=120)
+    fig.savefig(path, format="png", dpi=120, metadata={"Description": note} if note else None)
 
 
 def plot_pr_curves(path_png: str | os.PathLike, curves: Mapping[str, Mapping[str, Any]], title: str,
-                   pool_signature: str, marks: Sequence[int] | None = None) -> tuple[Path, Path]:
+                   pool_signature: str, marks: Sequence[int] | None = None,
+                   judge: Mapping[str, Any] | None = None) -> tuple[Path, Path]:
     """One step PR curve per configuration (module docstring), markers at the cut-offs ``marks`` (default 1, 5,
-    10, 20 and the largest k), PR-AUC in the legend, the pool signature as a footnote. ``curves[config]`` holds
-    parallel lists ``recall``, ``precision``, ``k`` and the number ``pr_auc``. Also writes the plotted points to
-    a CSV beside the PNG (configuration, k, recall, precision, pr_auc). Returns (png path, csv path)."""
+    10, 20 and the largest k), PR-AUC in the legend, the pool signature and the judge as a footnote.
+    ``curves[config]`` holds parallel lists ``recall``, ``precision``, ``k`` and the number ``pr_auc``. Also writes
+    the plotted points to a CSV beside the PNG (configuration, k, recall, precision, pr_auc). Returns (png path,
+    csv path)."""
     if not curves:
         raise ReportError("no curves to plot")
     png = Path(path_png)
@@ -268,9 +302,11 @@ def plot_pr_curves(path_png: str | os.PathLike, curves: Mapping[str, Mapping[str
     ax.set(xlabel="recall (pool-relative)", ylabel="precision", title=title, xlim=(0, 1.02), ylim=(0, 1.02))
     ax.grid(alpha=0.3)
     ax.legend(loc="lower left", fontsize="small")
-    fig.text(0.01, 0.01, f"pool {pool_signature}; markers at k in {sorted(marks) if marks else '1, 5, 10, 20, K'}",
-             fontsize="x-small", color="gray")
-    _save(fig, png)
+    foot = f"pool {pool_signature}; markers at k in {sorted(marks) if marks else '1, 5, 10, 20, K'}"
+    if judge:
+        foot += f"; judge {judge['label']}"
+    fig.text(0.01, 0.01, foot, fontsize="x-small", color="red" if judge and judge.get("placeholder") else "gray")
+    _save(fig, png, foot)
     path_csv = png.with_suffix(".csv")
     with path_csv.open("w", encoding="utf-8", newline="") as handle:
         writer = csv.writer(handle, lineterminator="\n")
