@@ -273,11 +273,15 @@ def parse_recor(files: dict[str, str | None], domains: list[str], sources: Sourc
     if files.get(FLAT):
         root = str(files[FLAT])
         path = os.path.join(root, "benchmark.jsonl")
+        others: dict[str, str] = {}  # gold document id -> domain, for the conversations of domains not parsed here
         for line, obj in read_jsonl(path):  # a small sample, parsed once (cached) with available_domains
             domain = domain_of_task(obj.get("task"), path, line)
             if domain in domains:
                 parse_conversation(obj, domain, path, line, data)
-        _flat_corpus(os.path.join(root, "documents.jsonl"), domains, data, sources)
+            else:
+                for doc_id in _gold_ids(obj):
+                    others.setdefault(doc_id, domain)
+        _flat_corpus(os.path.join(root, "documents.jsonl"), domains, data, sources, others)
     else:
         for d in domains:
             path = files.get(f"{d}-benchmark")
@@ -304,8 +308,20 @@ def parse_recor(files: dict[str, str | None], domains: list[str], sources: Sourc
     return data
 
 
-def _flat_corpus(path: str, domains: list[str], data: RecorData, sources: SourceCache) -> None:
-    """A flat folder's documents, each in one domain (so no id is shared by domains)."""
+def _gold_ids(obj: Any) -> list[str]:
+    """The gold document ids a conversation's turns list (read leniently: the conversation is checked in full when
+    its own domain is parsed)."""
+    turns = obj.get("turns") if isinstance(obj, dict) else None
+    return [g for t in turns if isinstance(t, dict) for g in (t.get("gold_doc_ids") or []) if isinstance(g, str)] \
+        if isinstance(turns, list) else []
+
+
+def _flat_corpus(path: str, domains: list[str], data: RecorData, sources: SourceCache,
+                 others: dict[str, str]) -> None:
+    """A flat folder's documents, each in one domain (so no id is shared by domains): the domain whose turns cite
+    it, else the domain its id starts with (``law_...``). A document of a domain not parsed here (``others``: gold
+    id -> domain) belongs to that domain's configs; one that no conversation cites and no domain prefixes is
+    counted as left out."""
     cited: dict[str, str] = {}
     for d in domains:
         for row in data.qrels.get(d, []):
@@ -318,9 +334,11 @@ def _flat_corpus(path: str, domains: list[str], data: RecorData, sources: Source
     rows = _documents(path, sources, data.report)
     found: dict[str, list[tuple[str, int]]] = {d: [] for d in domains}
     for doc_id, text in rows():
-        domain = cited.get(doc_id) or next((d for d in DOMAINS if doc_id.lower().startswith(d + "_")), None)
+        domain = cited.get(doc_id) or next((d for d in DOMAINS if doc_id.lower().startswith(d + "_")), None) \
+            or others.get(doc_id)
         if domain is None:
-            data.report.add("flat-source documents of unknown domain (left out)", doc_id)
+            data.report.add("flat-source documents that no conversation cites and no domain prefix names (left "
+                            "out)", doc_id)  # fmt: skip
         elif domain in domains:
             found[domain].append((doc_id, hash(text)))
     for d in domains:

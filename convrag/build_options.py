@@ -15,7 +15,7 @@ import datasets
 import yaml
 
 from convrag.errors import ConvragError
-from convrag.hints import accepts
+from convrag.hints import accepts, describe
 
 
 def builder_options(cls: type) -> dict[str, Any]:
@@ -56,3 +56,23 @@ def check_options(cls: type, options: dict[str, Any]) -> dict[str, Any]:
             raise ConvragError(f"option {key!r} of {cls.BENCHMARK} expects {name}, got {value!r}")
         checked[key] = value
     return checked
+
+
+def options_help(width: int = 100) -> str:
+    """``convrag build --help``'s list of every registered benchmark's options but ``source`` (``--source`` gives
+    it): ``NAME (type, default VALUE)``, the default left out where it is None; wrapped to ``width`` characters.
+    It imports the builders, so it is made only when the help is printed."""
+    import textwrap
+
+    from convrag.builders import available, get_builder_class
+
+    lines = ["builder options (--option KEY=VALUE, repeatable; keys and value types are checked before building):"]
+    for name in available():
+        cls = get_builder_class(name)
+        defaults = {f.name: f.default for f in dataclasses.fields(cls.BUILDER_CONFIG_CLASS)
+                    if f.default is not dataclasses.MISSING}  # fmt: skip
+        items = [f"{key} ({describe(hint)}" + (")" if defaults.get(key) is None else f", default {defaults[key]!r})")
+                 for key, hint in builder_options(cls).items() if key != "source"]  # fmt: skip
+        text = f"{name}: " + ("; ".join(items) if items else "none besides --source")
+        lines += textwrap.wrap(text, width, initial_indent="  ", subsequent_indent="      ", break_on_hyphens=False)
+    return "\n".join(lines)

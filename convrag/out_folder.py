@@ -191,6 +191,18 @@ def out_owner(folder: Path) -> str | None:
     return owner if isinstance(owner, str) else None
 
 
+def unnested(path: Path) -> Path:
+    """A default output folder ``path`` that does not land inside another run's results: when one of its parent
+    folders holds an :data:`OWNER_MARKER` (say ``results/recor``, which ``--out results/recor`` made), the parts of
+    ``path`` from that folder down are joined with ``-`` beside it (``results/recor/recor-evaluate`` becomes
+    ``results/recor-recor-evaluate``), again until no parent is a results folder; else ``path`` as it is."""
+    parts = path.parts
+    for i in range(1, len(parts)):
+        if (Path(*parts[:i]) / OWNER_MARKER).is_file():
+            return unnested(Path(*parts[: i - 1]) / "-".join(parts[i - 1 :]))
+    return path
+
+
 def check_results_out(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None], command: str,
                       *, read_whole: Iterable[str | os.PathLike[str] | None] = (), earlier: bool = False) -> Path:
     """Refuse (one-line :class:`ConvragError`) an ``out`` that :func:`claim_out` would refuse, writing nothing:

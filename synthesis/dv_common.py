@@ -18,23 +18,25 @@ The item record flows through the stages; each stage copies it and adds its own 
 
 A stage drops an item by returning no record for it and counting one reason (``"<stage>: <why>"``); finer
 rejections (an aspect, a fact, a turn) are counted in the stage report's figures. Item-level LLM work runs in
-parallel over the items of a shard (``concurrency``); the calls of one item run in order.
+parallel over the items, ``concurrency`` at a time and across shard boundaries (``synthesis.schedule``: the next
+shard's items start while the last ones of a shard finish); the calls of one item run in order.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
 from convrag.errors import ConvragError
-from convrag.llm import LLM, LLMError, SamplingParams, UnparsableReply, load_prompt, run_batch
+from convrag.llm import LLM, BatchResult, LLMError, SamplingParams, UnparsableReply, load_prompt
 from convrag.synthesis.converse import failure_reason, role_estimate, role_llm, spec_label
 from convrag.synthesis.engine import REPORT_FILE, Estimate, StageContext, StageReport
 from convrag.synthesis.records import RecordStage, count_records, read_records
+from convrag.synthesis.schedule import overlap_shards
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -141,8 +143,8 @@ def sampling(temperature: float, max_tokens: int) -> SamplingParams:
 
 
 class DVStage(RecordStage):
-    """A D&V stage: reads ``upstream``'s records, calls :meth:`handle` on each item (in parallel over the items
-    of a shard), keeps what it returns and counts every drop and finer rejection.
+    """A D&V stage: reads ``upstream``'s records, calls :meth:`handle` on each item (in parallel over the items,
+    across shard boundaries), keeps what it returns and counts every drop and finer rejection.
 
     Subclasses set ``name`` and ``upstream``, implement :meth:`params_extra` and :meth:`handle`, and call
     ``super().__init__(llm=..., concurrency=..., shard_size=...)``.
@@ -192,6 +194,11 @@ class DVStage(RecordStage):
     def params(self) -> dict[str, Any]:
         return {"llm": spec_label(self.llm_spec), "shard_size": self.shard_size, **self.params_extra()}
 
+    def models(self) -> dict[str, dict[str, Any]]:
+        from convrag.llm import describe
+
+        return {"llm": describe(self.llm_spec).to_dict()}
+
     def estimate(self, ctx: StageContext) -> Estimate:
         done = (ctx.out / self.upstream / REPORT_FILE).is_file()
         n = count_records(ctx.out / self.upstream) if done else self.expected_items
@@ -221,7 +228,10 @@ class DVStage(RecordStage):
         report.figures = {**report.figures, **dict(sorted(self._figures.items()))}
         return report
 
-    def process(self, batch: list[dict[str, Any]], ctx: StageContext) -> tuple[list[dict[str, Any]], Counter[str]]:
+    def process_shards(self, shards: Iterator[list[dict[str, Any]]],
+                       ctx: StageContext) -> Iterator[tuple[list[dict[str, Any]], Counter[str]]]:
+        """Every item of ``shards`` handled in up to ``concurrency`` threads across shard boundaries (an item's
+        calls in order, ``synthesis.schedule``); each shard's rows and drops once its items are done."""
         llm = self.llm(ctx)
 
         def one(item: dict[str, Any]) -> Outcome:
@@ -231,7 +241,15 @@ class DVStage(RecordStage):
             except Drop as drop:
                 return Outcome(None, drop.reason, drop.counts, tokens)
 
-        done = run_batch(batch, one, self.concurrency, catch=(LLMError,))
+        for _, done in overlap_shards(shards, one, self.concurrency, catch=(LLMError,)):
+            yield self._rows(done)
+
+    def process(self, batch: list[dict[str, Any]], ctx: StageContext) -> tuple[list[dict[str, Any]], Counter[str]]:
+        [shard] = self.process_shards(iter([batch]), ctx)  # runs the generator to its end: its threads are joined
+        return shard
+
+    def _rows(self, done: BatchResult[Outcome]) -> tuple[list[dict[str, Any]], Counter[str]]:
+        """The kept records of a shard's outcomes (tokens added) and its drops; finer rejections go to the figures."""
         rows: list[dict[str, Any]] = []
         drops: Counter[str] = Counter()
         for i, outcome in enumerate(done.results):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from abc import abstractmethod
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from itertools import islice
 from pathlib import Path
@@ -72,7 +72,8 @@ class RecordStage(Stage):
     as ``part-{i:05d}.parquet``. On a rerun a shard already on disk is skipped if it covers the same ids (else
     the input changed under the run: an error). Subclasses implement ``records`` (the input, in a stable
     order) and ``process`` (one batch -> output records + drop reasons); LLM calls in ``process`` use the
-    LLM layer (cached), accounted in ``ctx.llm_report``.
+    LLM layer (cached), accounted in ``ctx.llm_report``. A stage may override ``process_shards`` to work on later
+    shards while earlier ones finish; shards are still written in order, each once complete.
     """
 
     shard_size: int = 64
@@ -89,27 +90,44 @@ class RecordStage(Stage):
         """Number of input records, for the progress bar (None when unknown)."""
         return None
 
+    def process_shards(self, shards: Iterator[list[dict[str, Any]]],
+                       ctx: StageContext) -> Iterator[tuple[list[dict[str, Any]], Counter[str]]]:
+        """``process`` of each batch of ``shards`` in order, pulling batches as it goes: here one after the other. A
+        stage that keeps its LLM busy across shard boundaries overrides it (``synthesis.schedule``)."""
+        for batch in shards:
+            yield self.process(batch, ctx)
+
     def run(self, ctx: StageContext) -> StageReport:
         dropped: Counter[str] = Counter()
-        records_in = records_out = 0
+        counts = {"in": 0, "out": 0}
         bar = tqdm(total=self.total(ctx), desc=label("writing records"), unit="rec", disable=not ctx.progress)
-        for index, batch in enumerate(_batches(self.records(ctx), self.shard_size)):
-            path = ctx.folder / f"part-{index:05d}.parquet"
-            ids = [str(r["id"]) for r in batch]
-            if path.is_file():
+        waiting: deque[tuple[Path, list[str]]] = deque()
+
+        def account(ids: list[str], out_rows: int, meta: dict[str, Any]) -> None:
+            counts["in"] += len(ids)
+            counts["out"] += out_rows
+            dropped.update(meta.get("dropped", {}))
+            bar.update(len(ids))
+
+        def pending() -> Iterator[list[dict[str, Any]]]:
+            """The batches of shards not on disk yet (those on disk are checked and counted)."""
+            for index, batch in enumerate(_batches(self.records(ctx), self.shard_size)):
+                path = ctx.folder / f"part-{index:05d}.parquet"
+                ids = [str(r["id"]) for r in batch]
+                if not path.is_file():
+                    waiting.append((path, ids))
+                    yield batch
+                    continue
                 meta = shard_meta(path)
                 if (meta.get("first"), meta.get("last"), meta.get("records_in")) != (ids[0], ids[-1], len(ids)):
                     raise ConvragError(f"{path}: written for other input records (the input changed since the "
                                        f"interrupted run); give --redo {self.name}")
-                out_rows = pq.ParquetFile(path).metadata.num_rows
-            else:
-                out, drops = self.process(batch, ctx)
-                meta = {"records_in": len(ids), "first": ids[0], "last": ids[-1], "dropped": dict(drops)}
-                write_shard(path, out, meta)
-                out_rows = len(out)
-            records_in += len(ids)
-            records_out += out_rows
-            dropped.update(meta.get("dropped", {}))
-            bar.update(len(ids))
+                account(ids, pq.ParquetFile(path).metadata.num_rows, meta)
+
+        for out, drops in self.process_shards(pending(), ctx):
+            path, ids = waiting.popleft()
+            meta = {"records_in": len(ids), "first": ids[0], "last": ids[-1], "dropped": dict(drops)}
+            write_shard(path, out, meta)
+            account(ids, len(out), meta)
         bar.close()
-        return StageReport(self.name, records_in, records_out, dict(dropped), llm_summary(ctx.llm_report))
+        return StageReport(self.name, counts["in"], counts["out"], dict(dropped), llm_summary(ctx.llm_report))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -151,3 +152,75 @@ def test_evaluate_generation_on_a_built_tasks_config_and_a_submission(tmp_path, 
     assert all(r["passage_source"] == "reference" for r in rows)
     results = json.loads((out / "results.json").read_text())
     assert results["counts"]["missing_predictions"] == 842 - 10
+
+
+@pytest.fixture(scope="module")
+def recor_built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("recor-defaults") / "recor"
+    assert main(["build", "recor", "--source", str(DATA / "recor" / "sample"), "--out", str(out)]) == 0
+    return out
+
+
+def _llm_calls(monkeypatch) -> list:
+    """Record every LLM the evaluation makes (by spec), answering with the fake echo backend."""
+    import convrag.llm as llm
+
+    made, real = [], llm.get_llm
+    monkeypatch.setattr(llm, "get_llm", lambda spec=None, **kw: made.append(spec) or real("fake", **kw))
+    return made
+
+
+def test_default_strategies_leave_out_the_llm_rewrite_and_say_so(recor_built, tmp_path, monkeypatch, capsys):
+    """RECOR's defaults hold the LLM `rewrite`: without --llm / $CONVRAG_LLM it is skipped (one line saying how to
+    include it, recorded in results.json) and no LLM is made; the README's profile is recorded as declared."""
+    monkeypatch.delenv("CONVRAG_LLM", raising=False)
+    made = _llm_calls(monkeypatch)
+    res = tmp_path / "res"
+    assert main(["evaluate", str(recor_built), "--retrievers", "bm25", "--bootstrap", "20", "--no-progress",
+                 "--out", str(res)]) == 0  # fmt: skip
+    err = capsys.readouterr().err
+    assert ("convrag evaluate: skipped the LLM strategy rewrite (no --llm or $CONVRAG_LLM given); include it with "
+            "--strategies baseline,reasoning,history,history+reasoning,rewrite --llm SPEC") in err
+    results = json.loads((res / "results.json").read_text())
+    assert list(results["per_turn"]["bm25"]) == ["baseline", "reasoning", "history", "history+reasoning"]
+    assert results["strategies_skipped"]["names"] == ["rewrite"] and made == []
+    assert "rewrite" in results["profile"]["strategies"]
+
+
+@pytest.mark.parametrize("how", ["env", "named"])
+def test_llm_strategies_run_with_an_llm_or_when_named(recor_built, tmp_path, monkeypatch, capsys, how):
+    """$CONVRAG_LLM brings the default `rewrite` back; `--strategies rewrite` without an LLM still runs it, on the
+    default LLM (spec None: $CONVRAG_LLM, else the embedded placeholder)."""
+    monkeypatch.delenv("CONVRAG_LLM", raising=False)
+    made = _llm_calls(monkeypatch)
+    if how == "env":
+        monkeypatch.setenv("CONVRAG_LLM", "fake")
+    res = tmp_path / how
+    named = ["--strategies", "baseline,rewrite"] if how == "named" else []
+    assert main(["evaluate", str(recor_built), "--retrievers", "bm25", "--bootstrap", "20", "--no-progress",
+                 *named, "--out", str(res)]) == 0  # fmt: skip
+    assert "skipped" not in capsys.readouterr().err
+    results = json.loads((res / "results.json").read_text())
+    assert "rewrite" in results["per_turn"]["bm25"] and "strategies_skipped" not in results
+    assert made == [None]
+
+
+def test_recor_build_report_leaves_out_only_documents_nothing_cites(tmp_path, capsys):
+    """Every document of the flat sample is in its domain's corpus (each config parses one domain, and a
+    document another domain cites is that domain's, not "left out"); a document no conversation cites and no
+    domain prefix names is the one counted as left out."""
+    sample = DATA / "recor" / "sample"
+    report_key = "flat-source documents that no conversation cites and no domain prefix names (left out)"
+    assert main(["build", "recor", "--source", str(sample), "--out", str(tmp_path / "recor")]) == 0
+    printed = capsys.readouterr().out
+    documents = len((sample / "documents.jsonl").read_text().splitlines())
+    corpus = sum(int(n) for n in re.findall(r"^  corpus documents: \w+: (\d+)$", printed, re.M))
+    assert (documents, corpus) == (15, 15) and "left out" not in printed
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    for name in ("benchmark.jsonl", "documents.jsonl"):
+        (stray / name).write_text((sample / name).read_text())
+    with (stray / "documents.jsonl").open("a") as handle:
+        handle.write(json.dumps({"doc_id": "nowhere/stray_0.txt", "content": "Cited by no turn."}) + "\n")
+    assert main(["build", "recor", "--source", str(stray), "--out", str(tmp_path / "stray-built")]) == 0
+    assert f"  {report_key}: 1 (e.g. nowhere/stray_0.txt)" in capsys.readouterr().out

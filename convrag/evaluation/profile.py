@@ -99,6 +99,31 @@ class EvaluationProfile:
     def label(self, measure: str) -> str:
         return self.labels.get(measure, measure)
 
+    def llm_defaults(self) -> list[str]:
+        """Names of the default strategies that call an LLM (``rewrite``, ``dialogue+rewrite``: strategies whose
+        registry entry ``needs_llm``); ``field:`` strategies such as MTRAG's human ``rewrite`` view are not LLM
+        calls."""
+        from convrag.strategies import get_strategy
+
+        return [name for name, spec in self.strategies.items()
+                if not spec.startswith("field:") and get_strategy(spec).needs_llm]  # fmt: skip
+
+    def without_llm_defaults(self) -> EvaluationProfile:
+        """This profile with its LLM-calling default strategies (:meth:`llm_defaults`) moved from ``strategies`` to
+        ``extra_strategies``, so that they run only when asked for by name. ``ConvragError`` when every default
+        strategy calls an LLM (there would be nothing left to run)."""
+        from dataclasses import replace
+
+        skipped = self.llm_defaults()
+        if not skipped:
+            return self
+        kept = {n: s for n, s in self.strategies.items() if n not in skipped}
+        if not kept:
+            raise ConvragError(f"every default query strategy of this benchmark ({', '.join(skipped)}) calls an LLM: "
+                               "pass --llm SPEC (or set $CONVRAG_LLM), or choose --strategies")  # fmt: skip
+        moved = {n: self.strategies[n] for n in skipped}
+        return replace(self, strategies=kept, extra_strategies={**self.extra_strategies, **moved})
+
     def to_dict(self) -> dict[str, Any]:
         """Plain YAML-safe dict (tuples as lists) for the README's ``convrag.evaluation`` block."""
         return _plain(asdict(self))
