@@ -1,4 +1,4 @@
-"""The ``convrag`` command: build, push, evaluate and list benchmarks.
+"""The ``convrag`` command: build, push, evaluate, synthesize, audit and list benchmarks.
 
 Each subcommand has its own ``--help``. Errors in user input end with a one-line message and exit code 2.
 """
@@ -16,8 +16,10 @@ from convrag.arguments import (
     check_retrievers,
     check_strategies,
     default_out,
+    llm_defaults_skipped,
     name_value_pairs,
     parse_options,
+    skipped_line,
 )
 from convrag.embed import add_parser as add_embed_parser
 from convrag.embed import resolve_device
@@ -112,7 +114,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     folder, source = resolve_source(args.folder)  # source: the repo id and revision, or the folder's relative path
     args.folder = str(folder)
     for flag, value, least in (("--top-k", args.top_k, 1), ("--bootstrap", args.bootstrap, 0),
-                               ("--digits", args.digits, 0), ("--batch-size", args.batch_size, 1)):  # fmt: skip
+                               ("--digits", args.digits, 0), ("--batch-size", args.batch_size, 1),
+                               ("--concurrency", args.concurrency, 1)):  # fmt: skip
         if value is not None and value < least:
             raise ConvragError(f"{flag} must be at least {least}, got {value}")
     if args.strategies is not None and args.views is not None:
@@ -138,6 +141,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise ConvragError(f"--run / --submission NAME {reranked!r} is also a reranked system's name: rename it")
     if strategies is not None:
         check_strategies(_split_list(strategies), "--strategies" if args.strategies is not None else "--views", profile)
+    declared, skipped = profile, llm_defaults_skipped(profile, strategies, args.llm)
+    if skipped:
+        profile = profile.without_llm_defaults()
     dense_options = parse_options(args.dense_option, "--dense-option")
     encoder = {"device": resolve_device(args.device), "batch_size": args.batch_size, "cache_dir": args.embeddings_cache}
     dense_options.update({k: v for k, v in encoder.items() if v is not None})
@@ -153,13 +159,17 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                 n_bootstrap=args.bootstrap, seed=args.seed,
                 retrievers=retrievers, strategies=_split_list(strategies) if strategies is not None else None,
                 measures=_split_list(args.measures) if args.measures else None, split=args.split,
-                corpus=args.corpus, search=args.search, llm=args.llm,
+                corpus=args.corpus, search=args.search, llm=_bounded_llm(args.llm, args.concurrency),
                 on_rewrite_failure="baseline" if args.rewrite_fallback else "error",
                 retriever_options=_dense_options(retrievers, args.dense_model, dense_options),
                 top_k=args.top_k, progress=progress, rerank=reranks, rerank_device=encoder["device"],
             )  # fmt: skip
         results = {"benchmark": manifest["benchmark"], "build_options": manifest.get("options", {}), **results,
                    "source": source}  # fmt: skip
+        if skipped:  # the README's profile as declared; which of its default strategies did not run, and why
+            results["profile"] = declared.to_dict()
+            results["strategies_skipped"] = {"names": skipped, "reason": "LLM strategies run only with --llm or "
+                                             "$CONVRAG_LLM (else they would call the embedded placeholder)"}
         write_outputs(results, scored, out, digits=args.digits)
     print(render(results, profile, digits=args.digits))
     print(f"Wrote {Path(args.out) / 'results.json'}, results.md and runs/ (TREC run files)")
@@ -170,7 +180,22 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         warnings += [f"{name}: {w}" for w in c.get("warnings", [])]
     for line in warnings:
         print(f"convrag evaluate: warning: {line.removeprefix('WARNING: ')}", file=sys.stderr)
+    if skipped:
+        print(skipped_line(declared, skipped), file=sys.stderr)
     return 0
+
+
+def _bounded_llm(spec: str | None, concurrency: int | None) -> str | None:
+    """The LLM spec of evaluate's LLM strategies and ``llm@K`` reranking with ``--concurrency`` as its bound on
+    requests in flight (``max_concurrency``; a spec that sets its own keeps it); ``spec`` unchanged without one."""
+    if concurrency is None:
+        return spec
+    import os
+
+    from convrag.llm.spec import SPEC_ENV
+
+    spec = spec or os.environ.get(SPEC_ENV) or "default"
+    return spec if "max_concurrency=" in spec else f"{spec};max_concurrency={concurrency}"
 
 
 def _split_list(value: str) -> list[str]:
@@ -210,7 +235,7 @@ def cmd_evaluate_generation(args: argparse.Namespace) -> int:
     from convrag.metrics.generation.components import BertScorer
     from convrag.metrics.generation.io import read_responses
     from convrag.metrics.generation.scorer import METRICS
-    from convrag.out_folder import claimed_out
+    from convrag.out_folder import claimed_out, unnested
     from convrag.progress import wanted
 
     metrics = list(dict.fromkeys(m.lower() for m in _split_list(args.metrics)))
@@ -228,7 +253,7 @@ def cmd_evaluate_generation(args: argparse.Namespace) -> int:
     source = Path(args.source)
     if args.out is None:  # a responses .jsonl is MTRAG's official format
         args.out = str(default_out([args.source], "evaluate-generation") if source.is_dir()
-                       else RESULTS / "mtrag" / f"{source.stem}-evaluate-generation")  # fmt: skip
+                       else unnested(RESULTS / "mtrag" / f"{source.stem}-evaluate-generation"))  # fmt: skip
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ConvragError(f"--out {out}: exists and is not a folder")
@@ -258,7 +283,7 @@ def cmd_evaluate_generation(args: argparse.Namespace) -> int:
             tasks, judge=judges[0] if len(judges) == 1 else judges, bertscore_model=scorer, mode=args.mode,
             conditioning=args.conditioning, prompts=name_value_pairs(args.prompt, "--prompt") or None,
             metrics=tuple(metrics), n_bootstrap=args.bootstrap, seed=args.seed,
-            progress=wanted(args.no_progress),
+            progress=wanted(args.no_progress), concurrency=args.concurrency,
         )  # fmt: skip
         write_outputs(result, out)
     print(render_tables(result, digits=args.digits))
@@ -350,6 +375,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def cmd_select(args: argparse.Namespace) -> int:
     """Choose a retriever configuration for a corpus and its queries (SEARA: pool, judge, PR-AUC, search)."""
+    from convrag.out_folder import unnested
     from convrag.seara.command import run_command
 
     if args.query_strategy is not None:
@@ -357,7 +383,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     if args.out is None:
         queries = Path(args.queries)
         args.out = str(default_out([args.queries], "select") if queries.is_dir()
-                       else RESULTS / "custom" / f"{queries.stem}-select")  # fmt: skip
+                       else unnested(RESULTS / "custom" / f"{queries.stem}-select"))  # fmt: skip
     return run_command(args)
 
 
@@ -371,14 +397,17 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="convrag", description=__doc__.splitlines()[0],
-        epilog="Progress bars (named 'benchmark · subset · retriever · strategy: stage') are shown when stderr is a "
-               "terminal; CONVRAG_PROGRESS=1 shows them anywhere, CONVRAG_PROGRESS=0 or --no-progress hides them. "
-               "Commands that write results default to --out results/BENCHMARK/NAME-COMMAND.")  # fmt: skip
+    from convrag.arguments import NO_PROGRESS_HELP, OVERVIEW, HelpParser, add_examples
+    from convrag.build_options import options_help
+
+    parser = HelpParser(
+        prog="convrag", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Build, package, evaluate and synthesize conversational and multi-hop RAG retrieval benchmarks.",
+        epilog=OVERVIEW)  # fmt: skip
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("build", help="build a benchmark into a Hub-layout folder (Parquet + README configs)")
+    p = sub.add_parser("build", help="build a benchmark into a Hub-layout folder (Parquet + README configs)",
+                       epilog=options_help)
     p.add_argument("benchmark", help="registered benchmark name (see `convrag list`)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--source", action="append", metavar="PATH|NAME=PATH",
@@ -412,10 +441,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retrievers", help="comma-separated retriever specs (default: the benchmark's, e.g. "
                                         "StratRAG random,bm25,dense,hybrid; RECOR bm25,dense); "
                                         "dual:QUERY_MODEL,CONTEXT_MODEL keeps its comma")
-    p.add_argument("--strategies", help="query strategies (default: the benchmark's): names the benchmark defines "
-                                        "(MTRAG lastturn,questions,rewrite; MTR-Bench history,lastturn,rewrite) or "
-                                        "any of baseline, rewrite, reasoning, history, history+reasoning, "
-                                        "reasoning-metadata, dialogue, dialogue+rewrite, field:NAME")
+    p.add_argument("--strategies", help="query strategies (default: the benchmark's, less those that call an LLM "
+                                        "unless --llm or $CONVRAG_LLM is set: RECOR baseline,reasoning,history,"
+                                        "history+reasoning (+rewrite); MTRAG lastturn,questions,rewrite (the human "
+                                        "rewrite view, no LLM); MTR-Bench history,lastturn): names the benchmark "
+                                        "defines or any of baseline, rewrite, reasoning, history, history+reasoning, "
+                                        "reasoning-metadata, dialogue, dialogue+rewrite, field:NAME; a named LLM "
+                                        "strategy always runs")
     p.add_argument("--views", help="alias of --strategies (MTRAG's query views)")
     p.add_argument("--measures", help="metric names instead of the benchmark's, e.g. Recall@100,Recall@1000")
     p.add_argument("--run", action="append", metavar="NAME=FILE", help="also score a TREC run file (repeatable)")
@@ -443,15 +475,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--embeddings-cache", metavar="DIR",
                    help="where document embeddings are kept between runs (`convrag embed` fills it; default: "
                         "$CONVRAG_EMBEDDINGS_CACHE, else ~/.cache/convrag/embeddings; none: off)")
-    p.add_argument("--llm", help="LLM spec for LLM strategies (rewrite), e.g. openai:MODEL@http://HOST:8000/v1 "
-                                 "(default: $CONVRAG_LLM, else the embedded SmolLM2-135M, which only shows the "
-                                 "plumbing: its tables carry a warning)")
+    p.add_argument("--llm", help="LLM spec for LLM strategies (rewrite), e.g. openai:MODEL@http://HOST:8000/v1; "
+                                 "with it (or $CONVRAG_LLM) the benchmark's default LLM strategies run too. An LLM "
+                                 "strategy named in --strategies without either runs on the embedded SmolLM2-135M, "
+                                 "which only shows the plumbing: its tables carry a warning")
     p.add_argument("--rewrite-fallback", action="store_true",
                    help="a failed rewrite uses the plain turn query (listed in the results) instead of an error")
+    p.add_argument("--concurrency", type=int,
+                   help="LLM requests in flight at once for the rewrite strategy and llm@K reranking (default 4)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="seed of bootstrap and randomisation tests")
     p.add_argument("--digits", type=int, default=4, help="decimals shown in tables (JSON is unrounded)")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars (default: shown on a terminal)")
+    p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("evaluate-generation",
@@ -466,9 +501,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", help="RECOR / MTR-Bench: TREC run behind the retrieved-mode answers, for nDCG@10 vs judge "
                                  "correlation (default: the FILE.run.trec `convrag generate` wrote beside a "
                                  "retrieved-mode FILE.jsonl)")
-    p.add_argument("--lexical", default="rouge-l,meteor,bertscore",
-                   help="RECOR / MTR-Bench: lexical metrics vs the reference answer (default rouge-l,meteor,bertscore;"
-                        " '' for none). METEOR needs nltk's WordNet data, else it is reported as not available")
+    p.add_argument("--lexical", default="rouge-l,bertscore",
+                   help="RECOR / MTR-Bench: lexical metrics vs the reference answer, of rouge-l, meteor, bertscore "
+                        "(default rouge-l,bertscore; '' for none). meteor is computed only where nltk's WordNet data "
+                        "is installed (nltk.download('wordnet'), which needs the network), else reported as not "
+                        "available")
     p.add_argument("--profile", choices=("authors", "convrag"), default="authors",
                    help="RECOR / MTR-Bench scoring: authors (default; RECOR's code: judge 1-10 / 10 with level "
                         "anchors and no history, stemmed ROUGE-L, BERTScore roberta-large rescaled where it loads "
@@ -504,7 +541,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--digits", type=int, default=4, help="decimals shown in tables (JSON is unrounded)")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars (default: shown on a terminal)")
+    p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
     p.set_defaults(func=cmd_evaluate_generation)
 
     p = sub.add_parser("synthesize", help="make a benchmark from your own data (mtr: MTR-Pipeline over a corpus; "
@@ -542,7 +579,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
     p.add_argument("--redo", metavar="STAGE[,STAGE]", help="clear these stages (and the later ones) and run them again")
     p.add_argument("--dry-run", action="store_true", help="print records, LLM calls, tokens and cost; write nothing")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars (default: shown on a terminal)")
+    p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
     p.set_defaults(func=cmd_synthesize)
 
     p = sub.add_parser("audit", help="judge a built benchmark's labels (MTR-Eval, RECOR judges, missed relevant)")
@@ -574,7 +611,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "conversation, quoted evidence kept, two turns of dependency context, entropy over the labels "
                         "observed; MTR-Eval Comp.: the turn's whole candidate pool, up to 16 documents) or convrag's "
                         "earlier ones (8 documents for Comp.), to reproduce older runs")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars (default: shown on a terminal)")
+    p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
     p.set_defaults(func=cmd_audit)
 
     p = sub.add_parser("select", help="choose the best retriever configuration for your corpus and queries, without "
@@ -604,13 +641,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache", help="LLM cache folder (default: the LLM layer's)")
     p.add_argument("--max-judgments", type=int, help="refuse to judge more unique pairs than this in one pool")
     p.add_argument("--dry-run", action="store_true", help="print the configurations and the cost bounds; call nothing")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars (default: shown on a terminal)")
+    p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
     p.set_defaults(func=cmd_select)
 
     add_generate_parser(sub)
 
     p = sub.add_parser("list", help="list registered benchmarks and retrievers")
     p.set_defaults(func=cmd_list)
+    add_examples(sub.choices)
     return parser
 
 
@@ -618,9 +656,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from convrag.metrics.retrieval.compute import RetrievalInputError
+    from convrag.progress import plain_lines
 
     try:
-        return int(args.func(args) or 0)
+        with plain_lines():  # stderr not a terminal: bars print a plain line every 30 s instead
+            return int(args.func(args) or 0)
     except EmptyResult as err:  # the run worked through its input but produced nothing usable
         print(f"convrag {args.command}: failed: {err}", file=sys.stderr)
         return 1

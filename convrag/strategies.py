@@ -294,17 +294,20 @@ def get_strategy(name: str) -> Strategy:
 @dataclass
 class FormattedQueries:
     """Texts per query id, plus what went wrong: ``failures`` (qid -> reason), ``fallbacks`` (qids that use
-    the baseline text instead), ``llm_calls`` (turns sent to the LLM, cached or not)."""
+    the baseline text instead), ``llm_calls`` (turns sent to the LLM, cached or not), ``in_flight`` (the LLM's
+    requests in flight so far in the run, :meth:`convrag.llm.RunReport.in_flight`; None without an LLM)."""
 
     strategy: str
     texts: dict[str, QueryText]
     failures: dict[str, str] = field(default_factory=dict)
     fallbacks: list[str] = field(default_factory=list)
     llm_calls: int = 0
+    in_flight: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"strategy": self.strategy, "n": len(self.texts), "llm_calls": self.llm_calls,
-                "failures": dict(self.failures), "fallbacks": list(self.fallbacks)}  # fmt: skip
+                "failures": dict(self.failures), "fallbacks": list(self.fallbacks),
+                **({"in_flight": self.in_flight} if self.in_flight is not None else {})}  # fmt: skip
 
 
 def format_queries(
@@ -313,13 +316,14 @@ def format_queries(
     llm: Any = None,
     progress: bool = True,
     on_failure: str = "error",
-    concurrency: int = 1,
+    concurrency: int | None = None,
 ) -> FormattedQueries:
     """Format every turn with strategy ``name``.
 
     ``llm``: an :class:`~convrag.llm.LLM` or spec string (only ``rewrite`` uses it). ``on_failure``:
     ``"error"`` raises :class:`RewriteError` listing the failed turns (successful rewrites stay cached);
-    ``"baseline"`` uses the baseline text for them and lists them in ``fallbacks``.
+    ``"baseline"`` uses the baseline text for them and lists them in ``fallbacks``. ``concurrency``: turns
+    rewritten at once (None: the LLM's own bound on requests in flight, its ``max_concurrency``).
     """
     if on_failure not in ("error", "baseline"):
         raise ConvragError(f"on_failure must be 'error' or 'baseline', got {on_failure!r}")
@@ -338,7 +342,8 @@ def format_queries(
     model = llm if isinstance(llm, LLM) else get_llm(llm)
     pending = [t for t in items if t.history_string()]
     bar = tqdm(total=len(pending), desc=label("LLM rewriting", strategy.name), disable=not progress)
-    batch = run_batch(pending, lambda t: strategy.format(t, model), concurrency=concurrency,
+    limit = model.max_concurrency if concurrency is None else concurrency
+    batch = run_batch(pending, lambda t: strategy.format(t, model), concurrency=limit,
                       catch=(LLMError,), on_result=lambda *_: bar.update(1))  # fmt: skip
     bar.close()
     done = {t.qid: text for t, text in zip(pending, batch.results, strict=True) if text is not None}
@@ -350,7 +355,8 @@ def format_queries(
                            "on_failure='baseline' (convrag evaluate --rewrite-fallback)")  # fmt: skip
     texts = {t.qid: done.get(t.qid) or (baseline_text(t) if strategy.name != "dialogue+rewrite" else dialogue_text(t))
              for t in items}  # fmt: skip
-    return FormattedQueries(strategy.name, texts, failures, list(failures), llm_calls=len(pending))
+    return FormattedQueries(strategy.name, texts, failures, list(failures), llm_calls=len(pending),
+                            in_flight=model.report.in_flight())
 
 
 # ---------------------------------------------------------------- turn records from benchmark rows

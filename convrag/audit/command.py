@@ -87,6 +87,7 @@ def run_command(args: argparse.Namespace) -> int:
         empty = empty_dimensions(cover)
         if args.missed:
             summary["missed"] = _audit_missed(args, sets, judges, out, staged)
+            summary["llm"] = {j.spec: j.report.to_dict() for j in judges}  # the estimate's calls included
             empty += [f"the missed-relevant estimate {stem} ({m['candidates']} candidates: {m['failed']} failed; "
                       "calibration included, " + ", ".join(f"{k} {kind}" for kind, k in sorted(m["failures"].items()))
                       + ")" for stem, m in summary["missed"].items() if m["candidates"] and not m["judged"]]
@@ -106,6 +107,8 @@ def run_command(args: argparse.Namespace) -> int:
     removed = _commit(out, staged)
     print(text)
     print(f"Wrote {out}/verdicts.jsonl ({n:,} verdicts), summary.json, summary.md" + (", heatmap.png" if plot else ""))
+    for judge in judges:  # calls, tokens, cost and the requests in flight against --concurrency
+        print(f"Judge {judge.spec}: {judge.report.summary()}")
     if removed:
         print(f"Removed the earlier audit's {', '.join(removed)} (not written by this run)")
     if any(is_placeholder(j) for j in judges):

@@ -6,10 +6,11 @@ Q-E one per gold document) and RECOR's ``naturalness``, ``turn_coherence``, ``qu
 ``groundedness`` (one call per conversation for the four), ``dependency_type`` and ``question_pattern``
 (one call per turn; ``convrag.audit.recor_judges``).
 
-Each judge (an LLM spec) has its own cache folder, calls run ``concurrency`` at a time, and every verdict,
-rationale included, is one line of ``verdicts.jsonl``. A verdict that could not be read or whose call failed
-has no score: it is excluded from the means and counted (``metrics/audit`` aggregates). A dimension that does
-not apply to an item (A-E / Qual. without a reference answer) is counted as not applicable.
+Each judge (an LLM spec) has its own cache folder, the judges run at the same time with up to ``concurrency``
+calls each in flight, and every verdict, rationale included, is one line of ``verdicts.jsonl``. A verdict that
+could not be read or whose call failed has no score: it is excluded from the means and counted (``metrics/audit``
+aggregates). A dimension that does not apply to an item (A-E / Qual. without a reference answer) is counted as not
+applicable.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,7 @@ from convrag.audit import mtr_eval, recor_judges
 from convrag.audit.items import AuditItem, AuditSet, conversations
 from convrag.audit.verdict import Verdict
 from convrag.errors import ConvragError
-from convrag.llm import LLM, DiskCache, LLMError, default_cache_dir, get_llm, run_batch
+from convrag.llm import LLM, BatchResult, DiskCache, LLMError, default_cache_dir, get_llm, run_batch
 from convrag.llm.backends.fake import FakeBackend
 from convrag.llm.report import FREE_BACKENDS, load_prices, price_for
 from convrag.llm.spec import parse_spec
@@ -132,15 +134,26 @@ class AuditRun:
 def run_audit(audit_set: AuditSet, judges: Sequence[LLM], dimensions: Sequence[str], *, seed: int = 0,
               negatives: int = 7, concurrency: int = 4, progress: bool = True, whole_pool: bool = True,
               profile: str = recor_judges.DEFAULT_PROFILE) -> AuditRun:
-    """Run every judge over every unit; an endpoint that stays down stops the run (EndpointUnreachable)."""
+    """Run every judge over every unit, the judges at the same time (each with ``concurrency`` calls in flight, so
+    none waits for another's last calls); an endpoint that stays down stops the run (EndpointUnreachable) once the
+    other judges are done. Verdicts are kept in judge order, then unit order, whatever order the calls ended in."""
     units = plan(audit_set, dimensions, seed=seed, negatives=negatives, whole_pool=whole_pool, profile=profile)
     result = AuditRun(audit_set)
-    for n, llm in enumerate(judges):
+    bars = []
+    for llm in judges:
         with scope(audit_set.benchmark, llm.spec):  # e.g. "recor · openai:MODEL: judging labels"
-            bar = tqdm(total=len(units), unit="call", disable=not progress, desc=label("judging labels"))
-        done = run_batch(units, lambda u, llm=llm: u.call(llm), concurrency, catch=(LLMError,),
-                         on_result=lambda *_, bar=bar: bar.update())
-        bar.close()
+            bars.append(tqdm(total=len(units), unit="call", disable=not progress, desc=label("judging labels")))
+
+    def judge_all(n: int) -> BatchResult[list[Verdict] | None]:
+        try:
+            return run_batch(units, lambda u: u.call(judges[n]), concurrency, catch=(LLMError,),
+                             on_result=lambda *_: bars[n].update())
+        finally:
+            bars[n].close()
+
+    with ThreadPoolExecutor(max_workers=max(1, len(judges))) as pool:
+        batches = list(pool.map(judge_all, range(len(judges))))
+    for n, (llm, done) in enumerate(zip(judges, batches, strict=True)):
         for i, unit in enumerate(units):
             if i in done.failures:  # a failure outside judge_call's own handling: counted, never scored
                 result.verdicts.append(Verdict(unit.key.split("|")[0], llm.spec, unit.dimension, None, None, "",

@@ -65,7 +65,8 @@ def run_command(args: Any, judges: Sequence[str]) -> int:
     if twice:
         raise ConvragError(f"two predictions files hold generator {twice[0][0]!r} in mode {twice[0][1]!r}")
     lexical = make_lexical(metrics, profile, args) if metrics else None
-    llms = [get_llm(j, cache=args.cache) if args.cache else get_llm(j) for j in judges]
+    llms = [get_llm(j, max_concurrency=args.concurrency, **({"cache": args.cache} if args.cache else {}))
+            for j in judges]  # fmt: skip
     result = score_generation(bench, files, llms, lexical=lexical, run=args.run, concurrency=args.concurrency,
                               max_tokens=args.max_tokens, progress=wanted(args.no_progress),
                               profile=profile)  # fmt: skip

@@ -125,7 +125,10 @@ class LLM:
         self.structured_attempts = structured_attempts
         self.constrained = constrained
         self.spec = spec or f"{backend.name}:{backend.model}"
-        self._sem = threading.BoundedSemaphore(max(1, max_concurrency))
+        #: the most backend requests this client has out at once (counted in ``report``'s ``in_flight``)
+        self.max_concurrency = max(1, max_concurrency)
+        self._sem = threading.BoundedSemaphore(self.max_concurrency)
+        self.report.add_limit(self.max_concurrency)
         self._sleep = sleep
         self._rng = random.Random(seed)
         self._rng_lock = threading.Lock()
@@ -181,7 +184,7 @@ class LLM:
             self._suspect()
             t0 = time.perf_counter()
             try:
-                with self._sem:
+                with self._sem, self.report.flight():
                     comp = self.backend.complete(messages, params, json_schema=json_schema, timeout=self.timeout)
             except BackendError as exc:
                 self.report.record_call(self.backend.name, self.backend.model, None, time.perf_counter() - t0,

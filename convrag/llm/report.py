@@ -1,11 +1,14 @@
-"""Per-run accounting: calls, retries, failures, cache hits, tokens and estimated cost."""
+"""Per-run accounting: calls, retries, failures, cache hits, tokens, estimated cost and requests in flight."""
 
 from __future__ import annotations
 
 import json
 import os
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +39,20 @@ def price_for(model: str, table: dict[str, dict[str, float]]) -> dict[str, float
 
 
 class RunReport:
-    """Thread-safe counters for one run; share one report between several LLMs to total them."""
+    """Thread-safe counters for one run; share one report between several LLMs to total them.
 
-    def __init__(self, prices: dict[str, dict[str, float]] | None = None) -> None:
+    Requests in flight (:meth:`in_flight`) are backend requests between being handed to the backend and its answer
+    (cache hits and backoff waits are not requests in flight), counted over every LLM that shares the report:
+    ``limit`` is the sum of those LLMs' bounds (``max_concurrency``), ``peak`` the most requests out at once,
+    ``busy_seconds`` the time during which at least one request was out, and ``mean`` the time-weighted mean number
+    of requests out over that busy time (request-seconds / busy seconds; idle gaps between batches do not count).
+    ``clock``: the seconds those times are read from.
+    """
+
+    def __init__(self, prices: dict[str, dict[str, float]] | None = None, *,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.prices = load_prices(prices)
+        self._clock = clock
         self._lock = threading.Lock()
         self.calls = 0
         self.successes = 0
@@ -59,6 +72,48 @@ class RunReport:
         self.errors: Counter[str] = Counter()
         self.per_model: dict[str, dict[str, Any]] = {}
         self.failure_messages: list[str] = []
+        self._limits: list[int] = []
+        self._open = 0  # requests out now
+        self._peak = 0
+        self._area = 0.0  # request-seconds while at least one request was out
+        self._busy = 0.0  # seconds with at least one request out
+        self._since = 0.0  # when ``_open`` last changed
+
+    def add_limit(self, limit: int) -> None:
+        """Register one LLM sharing this report and its bound on requests in flight."""
+        with self._lock:
+            self._limits.append(int(limit))
+
+    def _step(self, change: int) -> None:
+        with self._lock:
+            now = self._clock()
+            if self._open:
+                self._area += self._open * (now - self._since)
+                self._busy += now - self._since
+            self._since = now
+            self._open += change
+            self._peak = max(self._peak, self._open)
+
+    @contextmanager
+    def flight(self) -> Iterator[None]:
+        """Count one backend request in flight for the duration of the block."""
+        self._step(1)
+        try:
+            yield
+        finally:
+            self._step(-1)
+
+    def in_flight(self) -> dict[str, Any]:
+        """``{"limit", "peak", "mean", "busy_seconds"}`` as the class docstring defines them (``limit`` None when
+        no LLM registered; ``mean`` 0.0 before any request); requests still out count up to now."""
+        with self._lock:
+            area, busy = self._area, self._busy
+            if self._open:
+                now = self._clock()
+                area += self._open * (now - self._since)
+                busy += now - self._since
+            return {"limit": sum(self._limits) if self._limits else None, "peak": self._peak,
+                    "mean": round(area / busy, 3) if busy > 0 else 0.0, "busy_seconds": round(busy, 3)}
 
     def record_call(self, backend: str, model: str, usage: Usage | None, seconds: float, error: str | None) -> None:
         """One backend request (successful or not)."""
@@ -99,6 +154,8 @@ class RunReport:
                 self.failure_messages.append(message[:500])
 
     def to_dict(self) -> dict[str, Any]:
+        """Every counter as JSON-ready values; ``in_flight`` as :meth:`in_flight` gives it."""
+        flight = self.in_flight()
         with self._lock:
             return {
                 "calls": self.calls, "successes": self.successes, "retries": self.retries,
@@ -109,7 +166,7 @@ class RunReport:
                 "cost_usd": round(self.cost_usd, 6), "unpriced_tokens": self.unpriced_tokens,
                 "backend_seconds": round(self.backend_seconds, 3), "errors": dict(self.errors),
                 "per_model": {k: dict(v) for k, v in self.per_model.items()},
-                "failure_messages": list(self.failure_messages),
+                "failure_messages": list(self.failure_messages), "in_flight": flight,
             }
 
     def summary(self) -> str:
@@ -123,8 +180,15 @@ class RunReport:
                 + (f"{d['response_format_fallbacks']} response_format fallbacks, "
                    if d["response_format_fallbacks"] else "")
                 + f"tokens {d['prompt_tokens']} in / {d['completion_tokens']} out, "
-                f"est. cost {cost}, {d['backend_seconds']:.1f}s in backend")
+                f"est. cost {cost}, {d['backend_seconds']:.1f}s in backend, " + flight_text(d["in_flight"]))
 
     def write(self, path: str | os.PathLike[str]) -> None:
         """Save :meth:`to_dict` as JSON."""
         Path(path).write_text(json.dumps(self.to_dict(), indent=2), encoding="utf-8")
+
+
+def flight_text(flight: dict[str, Any]) -> str:
+    """``in flight: mean 12.4, peak 16 of limit 16 over 3.1 s`` for :meth:`RunReport.in_flight`'s figures."""
+    limit = "no limit set" if flight["limit"] is None else f"limit {flight['limit']}"
+    return (f"in flight: mean {flight['mean']:.1f}, peak {flight['peak']} of {limit} over "
+            f"{flight['busy_seconds']:.1f} s")

@@ -122,11 +122,12 @@ FactSource = Callable[[Mapping[str, str], Mapping[str, Chunk], Mapping[str, Sequ
 
 class LLMFacts:
     """Facts extracted by ``llm`` from the judged-relevant chunks (module docstring), ``concurrency`` calls at a
-    time, through the LLM cache (a rerun or a later pool with the same pair makes no call)."""
+    time (None: the LLM's own ``max_concurrency``), through the LLM cache (a rerun or a later pool with the same
+    pair makes no call)."""
 
     source = "llm"
 
-    def __init__(self, llm: LLM, concurrency: int = 4) -> None:
+    def __init__(self, llm: LLM, concurrency: int | None = None) -> None:
         self.llm, self.concurrency = llm, concurrency
 
     def estimate(self, queries: Mapping[str, str], chunks: Mapping[str, Chunk],

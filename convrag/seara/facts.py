@@ -40,7 +40,7 @@ from pydantic import BaseModel, Field
 
 from convrag.llm import LLM, load_prompt, run_batch
 from convrag.llm.types import EndpointUnreachable, LLMFailure, UnparsableReply
-from convrag.seara.rewrite import list_reply
+from convrag.seara.rewrite import limit_of, list_reply
 
 DEFAULT_THETA = 0.9
 DEFAULT_IOU = 0.5
@@ -188,7 +188,7 @@ def _quotes_from_llm(llm: LLM, query: str, chunk: Chunk, attempts: int | None) -
 
 
 def extract_facts(queries: Mapping[str, str], chunks: Mapping[str, Chunk] | Iterable[Chunk], relevant: Any,
-                  extractor: Extractor, *, concurrency: int = 4, attempts: int | None = None) -> Extraction:
+                  extractor: Extractor, *, concurrency: int | None = None, attempts: int | None = None) -> Extraction:
     """Minimal evidence units for every (query, judged-relevant chunk).
 
     ``relevant``: {query_id: [chunk ids]} or a ``PseudoQrels`` (chunks graded >= its cutoff). ``extractor``: an
@@ -196,7 +196,8 @@ def extract_facts(queries: Mapping[str, str], chunks: Mapping[str, Chunk] | Iter
     ``fn(query, chunk) -> quotes`` (e.g. an oracle). Counts: ``pairs``, ``quotes``, ``accepted``,
     ``rejected_not_verbatim``, ``rejected_cut_off`` (the last quote of a reply cut off at ``max_tokens``),
     ``no_quotes`` (an empty reply: judge/extractor disagreement), ``unparseable``, ``call_failed``,
-    ``missing_chunk``. A dead endpoint (:class:`EndpointUnreachable`) propagates.
+    ``missing_chunk``. A dead endpoint (:class:`EndpointUnreachable`) propagates. ``concurrency``: pairs asked at
+    once (None: an LLM extractor's own ``max_concurrency``, 4 for a callable).
     """
     table = chunks if isinstance(chunks, Mapping) else {c.chunk_id: c for c in chunks}
     out = Extraction()
@@ -216,7 +217,7 @@ def extract_facts(queries: Mapping[str, str], chunks: Mapping[str, Chunk] | Iter
             return _quotes_from_llm(extractor, queries[qid], chunk, attempts)
         return list(extractor(queries[qid], chunk)), []
 
-    batch = run_batch(pairs, ask, concurrency, catch=(LLMFailure,))
+    batch = run_batch(pairs, ask, limit_of(extractor, concurrency), catch=(LLMFailure,))
     for i, (qid, chunk) in enumerate(pairs):
         err = batch.errors.get(i)
         if err is not None:

@@ -283,14 +283,15 @@ def _delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
 
 def judge_pairs(pairs: Sequence[tuple[str, str]], queries: Mapping[str, Query], chunks: Chunks,
                 judge: RelevanceJudge | LLM, *, max_calls: int | None = None, max_cost_usd: float | None = None,
-                concurrency: int = 4, echo: Callable[[str], None] | None = print,
+                concurrency: int | None = None, echo: Callable[[str], None] | None = print,
                 pool: Pool | None = None, cutoff: int = RELEVANT_CUTOFF) -> PseudoQrels:
     """Judge (query id, chunk id) pairs, each unique judging key once (module docstring).
 
     ``queries``: ``{query_id: text or AuditItem}``; ``chunks``: see :data:`Chunks`; ``judge``: a relevance judge
     or an LLM (graded with the audit prompt). The estimate goes to ``echo`` before any call; ``max_calls`` /
     ``max_cost_usd`` refuse the run (:class:`JudgeBudgetError`) when exceeded. Calls run ``concurrency`` at a
-    time (:func:`convrag.llm.run_batch`); a dead endpoint (``EndpointUnreachable``) ends the run."""
+    time (:func:`convrag.llm.run_batch`; None: the judge LLM's own ``max_concurrency``, 4 for another judge); a
+    dead endpoint (``EndpointUnreachable``) ends the run."""
     if not 1 <= cutoff <= 3:
         raise ValueError(f"cutoff must be 1, 2 or 3 on the 0-3 scale, got {cutoff}")
     judge = make_judge(judge)
@@ -313,7 +314,8 @@ def judge_pairs(pairs: Sequence[tuple[str, str]], queries: Mapping[str, Query], 
                           "tends to favour its own family", stacklevel=2)
     before = llm.report.to_dict() if isinstance(llm, LLM) else None
     keys = list(plan.units)
-    batch = run_batch(keys, lambda k: judge.verdict(*plan.units[k]), concurrency, catch=(LLMError,))
+    limit = int(concurrency if concurrency is not None else getattr(llm, "max_concurrency", 4))
+    batch = run_batch(keys, lambda k: judge.verdict(*plan.units[k]), limit, catch=(LLMError,))
     verdicts: dict[str, tuple[int | None, str, str | None]] = {}
     for i, key in enumerate(keys):
         v = batch.results[i]

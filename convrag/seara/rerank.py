@@ -14,7 +14,8 @@ read as that order, :func:`read_order`). The reply is read leniently: numbers ou
 repeats are dropped, numbers written as ``"3"`` or ``"[3]"`` accepted, and the numbers it leaves out follow in
 their previous order (counted as ``incomplete_order``). A reply naming no valid number (``unusable_order``),
 an unparseable reply or a failed call keeps the window's order and is counted in ``failures``. The windows of
-one query run in sequence; one round (the i-th window of every query) is one batch of parallel calls.
+one query run in sequence (each reads the order the one before it left); the queries run in parallel, each
+starting its next window as soon as its own previous one returns (no round waits for the slowest query).
 
 Cross-encoder (:class:`CrossEncoderReranker`): ``sentence_transformers.CrossEncoder`` loaded offline from a
 local folder scores each (query, text) pair; the head is sorted by score descending, ties by previous rank.
@@ -32,7 +33,8 @@ from pydantic import BaseModel, Field
 
 from convrag.errors import ConvragError
 from convrag.llm import LLM, load_prompt
-from convrag.seara.rewrite import DEFAULT_CONCURRENCY, LLMTally, list_reply
+from convrag.llm.types import EndpointUnreachable, LLMFailure
+from convrag.seara.rewrite import LLMTally, limit_of, list_reply
 
 PROMPT = "seara_rerank_listwise"
 COST_RANKS = {"none": 0, "cross_encoder": 1, "llm": 2}
@@ -112,8 +114,8 @@ def apply_order(ids: Sequence[str], order: Sequence[Any]) -> tuple[list[str], st
 
 
 class ListwiseReranker:
-    """LLM sliding-window listwise reranker (module docstring). ``concurrency``: queries asked at once in a
-    round (None: 4)."""
+    """LLM sliding-window listwise reranker (module docstring). ``concurrency``: queries reranked at once (None:
+    the LLM's own ``max_concurrency``, :func:`~convrag.seara.rewrite.limit_of`)."""
 
     cost_rank = COST_RANKS["llm"]
 
@@ -128,7 +130,7 @@ class ListwiseReranker:
         self.window = window
         self.stride = stride
         self.doc_chars = doc_chars
-        self.concurrency = DEFAULT_CONCURRENCY if concurrency is None else concurrency
+        self.concurrency = limit_of(llm, concurrency)
         self.tally = LLMTally()
         self.counts: Counter[str] = Counter()
 
@@ -155,29 +157,35 @@ class ListwiseReranker:
         parts = _heads(queries, rankings, texts, depth)
         heads = {qid: head for qid, (head, _) in parts.items()}
         plans = {qid: windows(len(head), self.window, self.stride) for qid, head in heads.items()}
-        rounds = max((len(p) for p in plans.values()), default=0)
-        for r in range(rounds):
-            jobs = [(qid, *plans[qid][r]) for qid in plans if r < len(plans[qid])]
+        qids = [qid for qid in plans if plans[qid]]
 
-            def ask(job: tuple[str, int, int]) -> list[Any]:
-                qid, start, end = job
+        def one(qid: str) -> list[tuple[str, BaseException | None]]:
+            """Every window of one query in sequence; each window's outcome (or ``failed`` and the error)."""
+            events: list[tuple[str, BaseException | None]] = []
+            for start, end in plans[qid]:
                 passages = [self._passage(texts[c]) for c in heads[qid][start:end]]
                 messages = load_prompt(PROMPT).render(query=queries[qid], passages=passages)
-                return list(self.llm.structured(messages, WindowOrder, fallback=read_order).value.order)
+                try:
+                    order = list(self.llm.structured(messages, WindowOrder, fallback=read_order).value.order)
+                except EndpointUnreachable:
+                    raise
+                except LLMFailure as err:
+                    events.append(("failed", err))
+                    continue
+                heads[qid][start:end], outcome = apply_order(heads[qid][start:end], order)
+                events.append((outcome, None))
+            return events
 
-            batch = self.tally.batch(self.llm, jobs, ask, self.concurrency)
-            for i, (qid, start, end) in enumerate(jobs):
+        batch = self.tally.batch(self.llm, qids, one, self.concurrency, requests=sum(len(plans[q]) for q in qids))
+        for events in batch.results:  # counted in query order, whatever order the calls returned in
+            for outcome, err in events or []:
                 self.counts["windows"] += 1
-                err = batch.errors.get(i)
                 if err is not None:
                     self.tally.failed(err)
-                    continue
-                new, outcome = apply_order(heads[qid][start:end], batch.results[i] or [])
-                if outcome == "unusable_order":
+                elif outcome == "unusable_order":
                     self.tally.failures[outcome] += 1
                 elif outcome == "incomplete_order":
                     self.counts[outcome] += 1
-                heads[qid][start:end] = new
         return {qid: heads[qid] + tail for qid, (_, tail) in parts.items()}
 
 

@@ -32,7 +32,6 @@ PROMPT = "seara_query_variants"
 SEPARATOR = "\u241f"
 REPORT_KEYS = ("calls", "cache_hits", "cache_misses", "retries", "structured_retries", "prompt_tokens",
                "completion_tokens", "cost_usd")
-DEFAULT_CONCURRENCY = 4
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -43,25 +42,36 @@ class QueryVariants(BaseModel):
     queries: list[str] = Field(description="alternative search queries for the same request")
 
 
+def limit_of(llm: Any, concurrency: int | None) -> int:
+    """Calls a component runs at once: ``concurrency`` when given, else the LLM's own bound on requests in flight
+    (its ``max_concurrency``, which ``judge.concurrency`` / ``--concurrency`` set; 4 for an object without one)."""
+    return int(concurrency if concurrency is not None else getattr(llm, "max_concurrency", 4))
+
+
 class LLMTally:
     """One component's LLM accounting: ``requests`` it made, ``failures`` by reason, and ``llm``: the increase of
     the LLM's :class:`~convrag.llm.RunReport` counters (``REPORT_KEYS``) over this component's batches (exact when
-    nothing else uses that LLM meanwhile)."""
+    nothing else uses that LLM meanwhile); ``in_flight``: that LLM's requests in flight over the whole run
+    (:meth:`~convrag.llm.RunReport.in_flight`, shared with whatever else uses that LLM)."""
 
     def __init__(self) -> None:
         self.requests = 0
         self.failures: Counter[str] = Counter()
         self.llm: dict[str, float] = dict.fromkeys(REPORT_KEYS, 0)
+        self._report: Any = None
 
-    def batch(self, llm: LLM, items: Iterable[T], fn: Callable[[T], R], concurrency: int) -> BatchResult[R]:
-        """``run_batch`` over ``items`` catching :class:`LLMFailure`, with the report counters added up."""
+    def batch(self, llm: LLM, items: Iterable[T], fn: Callable[[T], R], concurrency: int,
+              requests: int | None = None) -> BatchResult[R]:
+        """``run_batch`` over ``items`` catching :class:`LLMFailure`, with the report counters added up;
+        ``requests``: the prompts the items ask in all (None: one per item)."""
         seq = list(items)
+        self._report = llm.report
         before = llm.report.to_dict()
         try:
             return run_batch(seq, fn, concurrency, catch=(LLMFailure,))
         finally:
             after = llm.report.to_dict()
-            self.requests += len(seq)
+            self.requests += len(seq) if requests is None else requests
             for key in REPORT_KEYS:
                 self.llm[key] += after[key] - before[key]
 
@@ -74,10 +84,12 @@ class LLMTally:
         return reason
 
     def report(self) -> dict[str, Any]:
-        """``requests``, ``failures`` (by reason), ``failed`` (their sum) and the LLM counters."""
+        """``requests``, ``failures`` (by reason), ``failed`` (their sum), the LLM counters and ``in_flight`` (None
+        before any batch)."""
         llm = {k: round(v, 6) if k == "cost_usd" else int(v) for k, v in self.llm.items()}
+        flight = self._report.in_flight() if self._report is not None else None
         return {"requests": self.requests, "failures": dict(self.failures), "failed": sum(self.failures.values()),
-                **llm}
+                **llm, "in_flight": flight}
 
 
 def list_reply(field: str) -> Callable[[str], dict[str, Any] | None]:
@@ -115,8 +127,8 @@ def clean_variants(original: str, proposed: Iterable[Any], n: int) -> list[str]:
 
 
 class QueryRewriter:
-    """LLM multi-query rewriter fused by RRF (module docstring). ``concurrency``: threads for one batch of
-    calls (None: 4; the LLM's own ``max_concurrency`` still bounds backend calls)."""
+    """LLM multi-query rewriter fused by RRF (module docstring). ``concurrency``: calls at once, all queries in one
+    batch (None: the LLM's own ``max_concurrency``, :func:`limit_of`)."""
 
     def __init__(self, llm: LLM, n_queries: int = 4, depth_each: int = 10, rrf_k: int = 60,
                  concurrency: int | None = None) -> None:
@@ -127,7 +139,7 @@ class QueryRewriter:
         self.n_queries = n_queries
         self.depth_each = depth_each
         self.rrf_k = rrf_k
-        self.concurrency = DEFAULT_CONCURRENCY if concurrency is None else concurrency
+        self.concurrency = limit_of(llm, concurrency)
         self.tally = LLMTally()
 
     @property

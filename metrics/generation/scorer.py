@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from convrag.errors import DataError
-from convrag.llm import LLM, LLMError, PromptTemplate
+from convrag.llm import LLM, LLMError, PromptTemplate, get_llm
 
 from .aggregate import CONDITIONED, summarize
 from .components import (
@@ -217,7 +217,8 @@ def score_generation(tasks: Sequence[GenerationTask], judge: JudgeSpec | Sequenc
     ``faithfulness_claims``, ``faithfulness_verdicts``), each a prompt name or a YAML file path. ``metrics``: a
     subset of ``("rb_alg", "rb_llm", "rl_f")`` (the IDK judge always runs). ``max_tokens``: reply limits per judge
     role (see ``judges.DEFAULT_MAX_TOKENS``). ``concurrency``: tasks judged at once (1 for in-process backends
-    that serialise calls).
+    that serialise calls), and the bound on requests in flight of each judge given as a spec (an LLM given
+    ready keeps its own ``max_concurrency``).
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; use one of {MODES}")
@@ -227,7 +228,8 @@ def score_generation(tasks: Sequence[GenerationTask], judge: JudgeSpec | Sequenc
     if not metrics or set(metrics) - set(METRICS) or len(set(metrics)) != len(metrics):
         raise ValueError(f"metrics must be distinct names from {METRICS}, got {list(metrics)}")
     tasks = _check_tasks(list(tasks), metrics)
-    judges = GenerationJudges(resolve_judge(judge), prompts=prompts, max_tokens=max_tokens, mode=mode)
+    judges = GenerationJudges(_clients(resolve_judge(judge), concurrency), prompts=prompts, max_tokens=max_tokens,
+                              mode=mode)
     t0 = time.perf_counter()
     judged = _judge_all(judges, tasks, metrics, conditioning, concurrency, progress)  # first: a dead judge stops early
     if judged and all(any(j["call_failures"].values()) for j in judged):
@@ -271,15 +273,22 @@ def score_generation(tasks: Sequence[GenerationTask], judge: JudgeSpec | Sequenc
     return GenerationResult(per_task=rows, summary=summary)
 
 
+def _clients(judge: JudgeSpec | Sequence[JudgeSpec], concurrency: int) -> list[LLM]:
+    """The judges as LLM clients: a spec becomes one with ``concurrency`` requests in flight at most (unless the spec
+    sets ``max_concurrency``); an LLM is kept as it is."""
+    items = [judge] if isinstance(judge, (str, LLM)) else list(judge)
+    return [j if isinstance(j, LLM) else get_llm(j, max_concurrency=max(1, concurrency)) for j in items]
+
+
 def _report(llms: Sequence[LLM]) -> dict[str, Any]:
-    """Each judge's LLM report (calls, failures, cache hits, tokens), keyed by spec."""
+    """Each judge's LLM report (calls, failures, cache hits, tokens, requests in flight), keyed by spec."""
     out: dict[str, Any] = {}
     for i, llm in enumerate(llms):
         d = llm.report.to_dict()
         out[llm.spec if llm.spec not in out else f"{i}:{llm.spec}"] = {
             k: d[k] for k in ("calls", "successes", "retries", "structured_retries", "repairs", "failures",
                               "cache_hits", "cache_misses", "prompt_tokens", "completion_tokens", "cost_usd",
-                              "backend_seconds", "errors", "failure_messages")}
+                              "backend_seconds", "errors", "failure_messages", "in_flight")}
     return out
 
 
