@@ -7,7 +7,10 @@ the Hub viewer read::
     <out>/<config>/<split>-00000-of-00001.parquet one file per split (more shards for big splits)
 
 The README's ``convrag`` block records the benchmark name, builder version, build options and the build
-report (excluded records, pads, empty configs...), so ``convrag evaluate`` knows what it is looking at.
+report (excluded records, pads, empty configs...), so ``convrag evaluate`` knows what it is looking at. A source
+synthesized by convrag (``synthesis.json`` beside its files) gets its own card: its own ``pretty_name``, the corpus
+and the models that wrote it (placeholder flagged), never the published benchmark's name and sources; the record
+is kept in the block as ``synthesis``.
 
 A build never destroys data: it is written into a temporary folder beside ``<out>`` and swapped in only once
 complete, so a failed or interrupted build leaves ``<out>`` as it was (see ``export_benchmark``).
@@ -38,6 +41,7 @@ from convrag.errors import ConvragError, DataError
 from convrag.manifest import read_manifest
 from convrag.out_folder import check_out, replacing
 from convrag.provenance import public_report
+from convrag.synthesis.provenance import PIPELINES, model_lines, pretty_name, read_record, source_datasets
 
 logger = logging.getLogger(__name__)
 MAX_SHARD_ROWS = 500_000
@@ -46,6 +50,8 @@ MAX_SHARD_ROWS = 500_000
 EMPTY_CONFIGS = "configs skipped: 0 rows in every split"
 EMPTY_SPLITS = "splits skipped: 0 rows"
 MISSING_FILES = "configs skipped: the source lacks their files"
+#: the card of a benchmark synthesized by convrag (a source with ``synthesis.json``), in place of the builder's
+SYNTHESIZED_CARD = "synthesized.md"
 
 
 @dataclass
@@ -295,6 +301,17 @@ def public_value(value: Any) -> Any:
     return value
 
 
+def synthesized_card(record: dict[str, Any]) -> dict[str, Any]:
+    """The fields of the card of a benchmark synthesized by convrag (``synthesis.json``, see
+    ``convrag.synthesis.provenance``): its own name, the method, the corpus and the models that wrote it."""
+    method, schema, reference = PIPELINES[record["pipeline"]]
+    return {"pretty_name": pretty_name(record), "method": method, "method_ref": reference, "schema": schema,
+            "corpus": record.get("corpus") or "(not recorded)", "pipeline": record["pipeline"],
+            "benchmark": record.get("benchmark") or "",
+            "seed": record.get("seed"), "models": model_lines(record) or ["(not recorded)"],
+            "placeholder": bool(record.get("placeholder"))}
+
+
 def _card_template(card_file: str) -> str:
     return importlib.resources.files("convrag.dataset_cards").joinpath(card_file).read_text(encoding="utf-8")
 
@@ -316,8 +333,15 @@ def write_readme(
     first = next(iter(infos.values()))
     if first.license:
         card_data["license"] = first.license
+    synthesis = read_record(options.get("source"))
     for key, value in getattr(cls, "HUB_METADATA", {}).items():
         card_data[key] = value
+    if synthesis is not None:  # the published benchmark's name, licence page and sources are not this data's
+        for key in ("license_name", "license_link"):
+            card_data.pop(key, None)
+        card_data["pretty_name"] = pretty_name(synthesis)
+        card_data["source_datasets"] = source_datasets(synthesis)
+        card_data["tags"] = sorted({*card_data.get("tags", []), "synthetic", "convrag-synthesized"})
     card_data["size_categories"] = [size_category(max(n for per in summary.rows.values() for n in per.values()))]
     card_data["convrag"] = {
         "benchmark": cls.BENCHMARK,
@@ -327,14 +351,19 @@ def write_readme(
     }
     if aliases:
         card_data["convrag"]["aliases"] = dict(sorted(aliases.items()))
+    if synthesis is not None:
+        card_data["convrag"]["synthesis"] = synthesis
     profile = getattr(cls, "EVALUATION", None)
     if profile is not None:
         card_data["convrag"]["evaluation"] = profile.to_dict()
-    body = jinja2.Template(_card_template(cls.CARD), undefined=jinja2.StrictUndefined).render(
+    fields = {} if synthesis is None else synthesized_card(synthesis)
+    body = jinja2.Template(_card_template(SYNTHESIZED_CARD if fields else cls.CARD),
+                           undefined=jinja2.StrictUndefined).render(
         rows_table=summary.table(),
         report_yaml=yaml.safe_dump(summary.report or {"counts": {}}, sort_keys=True).strip(),
         options=card_data["convrag"]["options"],
         loaders=mteb_layout.card_section(aliases or {}, [n for n in metadata if n.endswith("top_ranked")]),
+        **fields,
     )
     card = DatasetCard(f"---\n{card_data.to_yaml()}\n---\n\n{body.strip()}\n")
     card.save(str(out / "README.md"))

@@ -22,7 +22,8 @@ whole with ``switch_turn`` -1; incomplete ones are never spliced, and one with n
 ``paper`` (the legacy 4+4 layout): every complete conversation is paired at random; a pair (A, B) gives one
 conversation, A's turns then B's turns renumbered from len(A)+1, ``switch_turn`` = len(A); B's first turn
 was generated with no history, a clean fresh start. Incomplete conversations and an odd one out are dropped.
-Draws use ``random.Random("assemble:<layout>:<seed>")``.
+Draws use ``random.Random("assemble:<layout>:<seed>")``. ``synthesis.json`` beside the files names the corpus and
+the models that wrote the conversations (``synthesis.provenance``), for the built benchmark's card.
 
 **Assembled conversation** (``assemble``'s output; per-turn pools, as they change at the switch)::
 
@@ -49,6 +50,7 @@ answer, 2t messages; ``ctxs`` = the turn's pool; ``ground_truth_document_idx`` /
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -258,6 +260,18 @@ class Assemble(ReadsCorpus, Stage):
         return {"source": self.source, "corpus_config": self.corpus_config, "layout": self.layout,
                 "switch_ratio": self.switch_ratio, "test_size": self.test_size, "test_fraction": self.test_fraction}
 
+    def _write_provenance(self, ctx: StageContext, agents_input: str) -> None:
+        """``synthesis.json`` (``synthesis.provenance``): the corpus (``source``, else the curate stage's) and the
+        models of the converse stage and, when its output is what was assembled, the polish stage."""
+        from convrag.synthesis.provenance import write_record
+
+        corpus = self.source
+        curate = ctx.out / "curate" / "params.json"
+        if corpus is None and curate.is_file():
+            corpus = (json.loads(curate.read_text(encoding="utf-8")).get("params") or {}).get("source")
+        stages = ["converse", "polish"] if agents_input == "polish" else ["converse"]
+        write_record(ctx.folder, pipeline="mtr", out=ctx.out, stages=stages, corpus=corpus, seed=ctx.seed)
+
     def _input(self, ctx: StageContext) -> Path:
         """The polish stage's records when it finished, else the converse stage's (an error if unfinished)."""
         polish = ctx.out / "polish"
@@ -288,6 +302,7 @@ class Assemble(ReadsCorpus, Stage):
         if not corpus.is_file():
             documents = ({name: row[name] for name in CORPUS_SCHEMA.names} for row in iter_documents(ref))
             write_parquet_atomic(corpus, CORPUS_SCHEMA, _chunks(documents, DOCUMENTS_PER_BATCH))
+        self._write_provenance(ctx, folder.name)
         switched = sum(c["switch_turn"] != -1 for c in conversations)
         figures = {"test_conversations": len(test), "train_conversations": len(train),
                    "test_turns": sum(len(c["turns"]) for c in test),

@@ -13,6 +13,9 @@ name), version}, and ``turns`` [{turn_id, query, answer, conversation_history ("
 ``Q: ...`` / ``A: ...`` lines of the earlier turns), gold_doc_ids, subquestion_reasoning,
 subquestion_reasoning_metadata {target_information, relevance_signals, irrelevance_signals}}].
 
+``OUT/release/synthesis.json`` names the input file and the LLM of every stage (``synthesis.provenance``), for the
+built benchmark's card.
+
 Document ids: an id that two items of one domain use for different texts is written ``<item id>_<doc id>`` in
 both the corpus and the turns (counted); otherwise ids are kept as given.
 """
@@ -49,10 +52,18 @@ class Release(Stage):
     upstream = "turns"
 
     def __init__(self, source: str | None = None) -> None:
+        self.source = source
         self.source_name = os.path.basename(source) if source else ""
 
     def params(self) -> dict[str, Any]:
         return {"method": METHOD, "version": VERSION, "source": self.source_name}
+
+    def _write_provenance(self, ctx: StageContext) -> None:
+        """``synthesis.json`` (``synthesis.provenance``): the input items file and the LLM of every D&V stage."""
+        from convrag.synthesis.provenance import write_record
+
+        write_record(ctx.folder, pipeline="recor-dv", out=ctx.out, corpus=self.source,
+                     stages=["align", "aspects", "facts", "turns"], seed=ctx.seed)
 
     def empty(self, report: StageReport) -> str | None:
         """Nothing usable: no conversation, or conversations without a single turn."""
@@ -105,6 +116,7 @@ class Release(Stage):
             write_jsonl_atomic(root / "benchmark" / f"{FILE_NAME[domain]}_benchmark.jsonl", rows)
             write_jsonl_atomic(root / "corpus" / f"{FILE_NAME[domain]}_documents.jsonl",
                          [{"doc_id": k, "content": v} for k, v in sorted(corpus[domain].items())])
+        self._write_provenance(ctx)
         figures: dict[str, Any] = {f"conversations: {d}": len(r) for d, r in sorted(conversations.items())}
         figures["turns"] = sum(len(c["turns"]) for rows in conversations.values() for c in rows)
         figures["corpus documents"] = sum(len(docs) for docs in corpus.values())

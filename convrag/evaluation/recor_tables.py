@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from convrag.evaluation.stats import Interval, paired_test
+from convrag.evaluation.tables import SMALL_N, small_mark, small_n_note
 from convrag.strategies import LABELS
 
 PRIMARY = "nDCG@10"
@@ -307,7 +308,7 @@ def table19(results: Mapping[str, Any], digits: int = 3) -> str:
                      _pct(entry["trend"])])  # fmt: skip
         for r, row in entry["by_retriever"].items():
             rows.append(["", r, *(_f(row.get(p), digits) for p in POSITIONS), _pct(entry["trend_by_retriever"][r])])
-    rows.append(["Turns", "", *(str(tp["n"][p]) for p in POSITIONS), ""])
+    rows.append(["Turns", "", *(f"{tp['n'][p]}{small_mark(tp['n'][p])}" for p in POSITIONS), ""])
     return _table(["Strategy", "Retriever", *POSITIONS, "Trend T2→T4"], rows)
 
 
@@ -340,6 +341,9 @@ def render_tables(results: Mapping[str, Any], digits: int = 4) -> str:
     parts += ["## Table 6: by conversation complexity (turns 2+, best over retrievers)", table6(results, digits),
               "## Table 17: paired t-tests on nDCG@10 over (retriever, turn) pairs", table17(results, digits),
               "## Table 19: nDCG@10 by turn position (macro over domains with turns there)", table19(results, digits)]
+    note = small_n_note(results["turn_position"]["n"].values(), "turns")
+    if note:
+        parts.append(note)
     for key, fa in results["failure_analysis"].items():
         parts += [f"## Failure analysis: best nDCG@10 over {fa['basis']} ({key})", failure_table(fa)]
     rw = results.get("rewrite")
@@ -350,20 +354,27 @@ def render_tables(results: Mapping[str, Any], digits: int = 4) -> str:
 
 
 def plot_turn_positions(results: Mapping[str, Any], path: str) -> None:
-    """PNG line plot of nDCG@10 by turn position per strategy (mean over retrievers)."""
+    """PNG line plot of nDCG@10 by turn position per strategy (mean over retrievers); each position's tick says how
+    many turns it rests on, and a footnote flags figures that rest on the placeholder LLM."""
     from matplotlib.figure import Figure  # no pyplot: its import and global figure state are not needed
+
+    from convrag.evaluation.turn_tables import placeholder_footnote
 
     fig = Figure(figsize=(6, 4))
     ax = fig.subplots()
     for s, entry in results["turn_position"]["strategies"].items():
         xs = [i for i, p in enumerate(POSITIONS) if p in entry["average"]]
         ax.plot(xs, [entry["average"][POSITIONS[i]] for i in xs], marker="o", label=LABELS.get(s, s))
-    ax.set_xticks(range(len(POSITIONS)), POSITIONS)
-    ax.set_xlabel("turn position")
+    n = results["turn_position"]["n"]
+    ax.set_xticks(range(len(POSITIONS)), [f"{p}\nn={n.get(p, 0)}{small_mark(n.get(p, 0))}" for p in POSITIONS])
+    ax.set_xlabel(f"turn position (n = turns there; † fewer than {SMALL_N}: too few to compare)")
+    footnote = placeholder_footnote(results)
+    if footnote:
+        fig.text(0.01, 0.01, footnote, fontsize=7, color="darkred")
     ax.set_ylabel("nDCG@10")
     ax.set_title("nDCG@10 by turn position (macro over domains, mean over retrievers)", fontsize=9)
     ax.set_ylim(0, 1.02)
     ax.legend()
     ax.grid(alpha=0.3)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.04 if footnote else 0, 1, 1))
     fig.savefig(path, format="png", dpi=120)

@@ -3,7 +3,8 @@
 ``evaluate_folder`` is what ``convrag evaluate`` calls: profile -> engine -> aggregation -> this module.
 Written files (``out``): ``results.json`` (strict JSON, NaN as null, unrounded; ``files`` lists what was
 written, so that a later evaluation into the same folder removes what it does not rewrite; ``source`` says where
-the folder came from, and no local path in it is absolute: see :mod:`convrag.provenance`), ``results.md``
+the folder came from, and no local path in it is absolute: see :mod:`convrag.provenance`; ``synthesis``, for a
+benchmark synthesized by convrag, names the models that wrote its queries: :func:`synthesis_info`), ``results.md``
 (the tables, then every system's coverage),
 ``runs/<system>.trec`` (one strategy) or ``runs/<system>__<strategy>.trec``, ``runs/qrels.trec`` (the qrels they
 were scored against, with the runs' ids: trec_eval, ir_measures and ranx re-score the runs with it), official
@@ -69,13 +70,43 @@ RENDERERS: dict[str, Callable[[Mapping[str, Any], int], str]] = {
 
 
 def render(results: Mapping[str, Any], profile: EvaluationProfile, digits: int = 4) -> str:
-    """Markdown report in the shape the profile names, then the coverage of every system. With an LLM-based
-    strategy, a line naming the LLM (a warning for a placeholder model) stands before every table."""
+    """Markdown report in the shape the profile names, then the coverage of every system. Before every table: for a
+    benchmark synthesized by convrag, a line naming the models that wrote its queries (a warning for the
+    placeholder); with an LLM-based strategy, a line naming its LLM (a warning for a placeholder model)."""
     if profile.report not in RENDERERS:
         raise ConvragError(f"unknown report shape {profile.report!r}; known: {', '.join(RENDERERS)}")
     text = RENDERERS[profile.report](results, digits).rstrip("\n") + "\n\n" + coverage_section(results) + "\n"
-    llm = results.get("llm")
-    return _before_tables(text, llm["note"]) if llm else text
+    notes = [part["note"] for part in (results.get("synthesis"), results.get("llm")) if part]
+    return _before_tables(text, "\n\n".join(notes)) if notes else text
+
+
+def synthesis_info(folder: str | Path) -> dict[str, Any] | None:
+    """Who wrote the queries of a benchmark synthesized by convrag (the ``synthesis`` record of its README's
+    ``convrag`` block): pipeline, corpus, each role's model, whether one was the placeholder, and the note every
+    table carries (a warning for a placeholder). None for any other folder."""
+    from convrag.manifest import read_manifest
+
+    try:
+        record = read_manifest(folder).get("synthesis")
+    except (ConvragError, OSError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    from convrag.synthesis.provenance import model_lines
+
+    models = {role: {k: ident.get(k) for k in ("spec", "model", "placeholder", "label")}
+              for role, ident in (record.get("models") or {}).items() if isinstance(ident, dict)}
+    placeholder = bool(record.get("placeholder"))
+    written = "; ".join(model_lines(record)) or "models not recorded"
+    where = f"convrag synthesis `{record.get('pipeline')}` over `{record.get('corpus')}`"
+    if placeholder:
+        note = (f"WARNING: the queries, answers and gold labels of this benchmark were written by the embedded "
+                f"placeholder LLM ({where}; {written}): these figures measure nothing. Synthesize it again with a "
+                "real model.")
+    else:
+        note = f"The queries, answers and gold labels of this benchmark were written by LLMs ({where}; {written})."
+    return {"pipeline": record.get("pipeline"), "corpus": record.get("corpus"), "models": models,
+            "placeholder": placeholder, "note": note}
 
 
 def _before_tables(text: str, note: str) -> str:
@@ -262,5 +293,8 @@ def evaluate_folder(
     if not scored.per_turn:
         raise ConvragError("nothing to evaluate: give at least one retriever, --run or --submission")
     results = aggregate(scored, n_bootstrap, confidence, seed)
-    header = {"source": {"folder": local_path(folder)}, "profile": profile.to_dict()}
+    header: dict[str, Any] = {"source": {"folder": local_path(folder)}, "profile": profile.to_dict()}
+    synthesis = synthesis_info(folder)
+    if synthesis is not None:
+        header["synthesis"] = synthesis
     return relative_paths({**header, **results}), scored

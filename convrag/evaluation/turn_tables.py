@@ -6,6 +6,9 @@
   rate), MRR@k the mean reciprocal rank of the gold document (0 beyond k), nDCG@k = 1 / log2(rank + 1).
 * Per-turn table: the primary measure (nDCG@20 when computed, else the last measure) by turn position.
 * Topic-switch table: every measure by ``switch_phase`` (no switch / before / first turn after / after).
+
+Every group row says how many turns it rests on (``Turns``; ``†`` below ``tables.SMALL_N``), and so does the plot's
+x axis; the plot carries a footnote when the embedded placeholder LLM wrote the queries or ran a strategy.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from typing import Any
+
+from convrag.evaluation.tables import small_mark, small_n_note
 
 #: column order of the topic-switch table (values the builders write in ``switch_phase``)
 PHASES = ("no switch", "before switch", "first turn after switch", "after switch")
@@ -58,8 +63,18 @@ def group_table(results: Mapping[str, Any], group: str, measures: list[str], dig
             cells = [_f(system["groups_by"][group].get(v, {}).get(m, {}).get("mean"), digits, scale) for v in values]
             rows.append([name, labels.get(m, m), *cells])
     counts = next(iter(systems.values()))["groups_by"][group]
-    rows.append(["Turns", "", *(str(counts[v]["n"]) for v in values)])
-    return _table(["System", "Measure", *values], rows)
+    rows.append(["Turns", "", *(f"{counts[v]['n']}{small_mark(counts[v]['n'])}" for v in values)])
+    note = small_n_note((counts[v]["n"] for v in values), "turns")
+    return _table(["System", "Measure", *values], rows) + (f"\n\n{note}" if note else "")
+
+
+def placeholder_footnote(results: Mapping[str, Any]) -> str | None:
+    """The footnote of a plot whose figures rest on the embedded placeholder LLM (it wrote the benchmark's queries,
+    or an LLM strategy used it); None otherwise."""
+    synthesis, llm = results.get("synthesis") or {}, results.get("llm") or {}
+    who = (["the embedded SmolLM2-135M placeholder wrote the queries"] if synthesis.get("placeholder") else []) + (
+        [f"{llm['placeholder']} ran the LLM strategies"] if llm.get("placeholder") else [])
+    return f"Placeholder: {' and '.join(who)}; these figures measure nothing." if who else None
 
 
 def render_tables(results: Mapping[str, Any], digits: int = 2) -> str:
@@ -102,11 +117,14 @@ def plot_per_turn(results: Mapping[str, Any], path: str) -> None:
         by_turn = system["groups_by"].get("turn", {})
         xs = list(by_turn)
         ax.plot(range(len(xs)), [by_turn[x][m]["mean"] * results["scale"] for x in xs], marker="o", label=name)
-        ax.set_xticks(range(len(xs)), xs)
-    ax.set_xlabel("turn")
+        ax.set_xticks(range(len(xs)), [f"{x}\nn={by_turn[x]['n']}" for x in xs])
+    ax.set_xlabel("turn (n = turns scored there)")
+    footnote = placeholder_footnote(results)
+    if footnote:
+        fig.text(0.01, 0.01, footnote, fontsize=7, color="darkred")
     ax.set_ylabel(f"{results['labels'].get(m, m)} (x{results['scale']:g})")
     ax.set_title(f"{results['labels'].get(m, m)} by turn position", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.04 if footnote else 0, 1, 1))
     fig.savefig(path, format="png", dpi=120)
