@@ -37,6 +37,13 @@ Definitions (the pipeline stages batch these calls; nothing here reads or writes
   wrapping quotes or bold stars) and judged by :func:`rejection`; a rejected rewrite keeps the original question,
   with the reason as the status.
 
+History budget (``max_history_tokens``, ours; None or 0: no budget). The Questioner and the Responder count each
+earlier turn as they show it (``synthesis.tokens.count_tokens``; the Questioner: the question twice, in its list
+and in the conversation, and the answer as shown; the Responder: the question and the answer as shown). When the
+turns together pass the budget, the oldest are left out whole, from the list and the conversation alike, until the
+rest fits (``synthesis.tokens.keep_recent``); the current question and the documents are never cut. A prompt whose
+history fits is the one rendered without a budget, byte for byte.
+
 Rejection rules (:func:`rejection`, first that applies): ``"too short"`` when the stripped rewrite has at most
 ``min_chars`` characters (the authors reject < 3 characters and apply a rewrite only above 3; that is one rule:
 length <= 3 is rejected); ``"meta phrase: P"`` when it contains P of ``meta_phrases`` (case-insensitive, the
@@ -50,7 +57,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +66,7 @@ from pydantic import BaseModel, Field
 from convrag.errors import ConvragError
 from convrag.llm import LLM, Message, SamplingParams, load_prompt
 from convrag.llm.types import LLMError
+from convrag.synthesis.tokens import count_tokens, history_cuts, keep_recent
 
 #: what the authors' API wrapper stores when a generation call failed
 FAILURE_MARKER = "[ERROR: generation failed]"
@@ -198,6 +206,25 @@ def _squash(text: str) -> str:
     return " ".join(text.split())
 
 
+def history_cut_figures(conversations: Iterable[Sequence[Exchange]],
+                        *agents: Questioner | Responder) -> dict[str, str]:
+    """Report figures ``history_cut_<role>``: of the prompts of these conversations (turn t showing the t-1 turns
+    before it), how many left earlier turns out under the agent's ``max_history_tokens``, and how many turns."""
+    figures = {}
+    for agent in agents:
+        role = type(agent).__name__.lower()
+        if not agent.max_history_tokens:
+            figures[f"history_cut_{role}"] = "no budget (max_history_tokens=0)"
+            continue
+        prompts = turns = 0
+        for conv in conversations:
+            cut_prompts, cut_turns = history_cuts([agent.turn_tokens(x) for x in conv], agent.max_history_tokens)
+            prompts, turns = prompts + cut_prompts, turns + cut_turns
+        figures[f"history_cut_{role}"] = (f"{prompts:,} prompts left {turns:,} earlier turns out "
+                                          f"(max_history_tokens={agent.max_history_tokens:,})")
+    return figures
+
+
 def draw_documents(pool: Sequence[Doc], k: int, key: str) -> list[Doc]:
     """``min(k, len(pool))`` documents of ``pool`` without replacement, drawn with ``random.Random(key)``; the
     list order is the numbering [1]..[n]."""
@@ -233,14 +260,27 @@ class Questioner:
     """Asks the next user question about one of the drawn documents (module docstring: what it sees)."""
 
     def __init__(self, llm: LLM, *, doc_chars: int | None = None, history_answer_chars: int | None = None,
-                 max_tokens: int = 256, temperature: float = 0.8, top_p: float = 0.95) -> None:
+                 max_history_tokens: int | None = None, max_tokens: int = 256, temperature: float = 0.8,
+                 top_p: float = 0.95) -> None:
         self.llm = llm
         self.doc_chars = doc_chars
         self.history_answer_chars = history_answer_chars
+        self.max_history_tokens = max_history_tokens
         self.params = _params(temperature, top_p, max_tokens)
 
+    def turn_tokens(self, turn: Exchange) -> int:
+        """Tokens of one earlier turn as shown (the question twice, the answer as cut), for the history budget."""
+        return 2 * count_tokens(turn.question) + count_tokens(cut(turn.answer, self.history_answer_chars))
+
+    def shown_history(self, history: list[Exchange]) -> list[Exchange]:
+        """The earlier turns the prompt shows: the latest ones within ``max_history_tokens`` (all when None / 0)."""
+        if not self.max_history_tokens:
+            return history
+        return history[len(history) - keep_recent([self.turn_tokens(h) for h in history], self.max_history_tokens):]
+
     def messages(self, drawn: list[Doc], history: list[Exchange], key: str) -> list[Message]:
-        """The prompt: ``mtr_questioner_first`` for an empty history, else ``mtr_questioner_next``."""
+        """The prompt: ``mtr_questioner_first`` for an empty history, else ``mtr_questioner_next`` (with the turns
+        that fit the history budget; the next-turn prompt even when none fits)."""
         if not drawn:
             raise ConvragError("questioner: no documents were drawn; the cluster is empty")
         prompt = load_prompt("mtr_questioner_next" if history else "mtr_questioner_first")
@@ -250,7 +290,7 @@ class Questioner:
         fields: dict[str, Any] = {"documents": documents, "example": example}
         if history:
             fields["history"] = [{"question": h.question, "answer": cut(h.answer, self.history_answer_chars)}
-                                 for h in history]
+                                 for h in self.shown_history(history)]
         return prompt.render(**fields)
 
     def ask(self, drawn: list[Doc], history: list[Exchange], key: str) -> Question:
@@ -280,18 +320,31 @@ class Responder:
     """Answers the question from the gold document alone, as an ideal RAG assistant would."""
 
     def __init__(self, llm: LLM, *, answer_words: int | None = None, max_tokens: int = 512,
-                 history_answer_chars: int | None = None, temperature: float = 0.8, top_p: float = 0.95) -> None:
+                 history_answer_chars: int | None = None, max_history_tokens: int | None = None,
+                 temperature: float = 0.8, top_p: float = 0.95) -> None:
         self.llm = llm
         self.answer_words = answer_words
         self.history_answer_chars = history_answer_chars
+        self.max_history_tokens = max_history_tokens
         self.params = _params(temperature, top_p, max_tokens)
 
+    def turn_tokens(self, turn: Exchange) -> int:
+        """Tokens of one earlier turn as shown (the question, the answer as cut), for the history budget."""
+        return count_tokens(turn.question) + count_tokens(cut(turn.answer, self.history_answer_chars))
+
+    def shown_history(self, history: list[Exchange]) -> list[Exchange]:
+        """The earlier turns the prompt shows: the latest ones within ``max_history_tokens`` (all when None / 0)."""
+        if not self.max_history_tokens:
+            return history
+        return history[len(history) - keep_recent([self.turn_tokens(h) for h in history], self.max_history_tokens):]
+
     def messages(self, history: list[Exchange], question: str, gold: Doc) -> list[Message]:
-        """System instructions, the earlier turns as chat messages, then the gold document and the question."""
+        """System instructions, the earlier turns that fit the history budget as chat messages, then the gold
+        document and the question."""
         system, user = load_prompt("mtr_responder").render(
             answer_words=self.answer_words, title=gold.title, text=strip_markers(gold.text), question=question)
         turns: list[Message] = []
-        for h in history:
+        for h in self.shown_history(history):
             turns.append({"role": "user", "content": h.question})
             turns.append({"role": "assistant", "content": cut(h.answer, self.history_answer_chars)})
         return [system, *turns, user]

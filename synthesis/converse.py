@@ -5,11 +5,15 @@ Per turn t = 1..T the Questioner sees a seeded draw of ``documents_per_turn`` do
 (numbered) and the history, and returns the number of the one document its question targets (the turn's one
 gold document, recorded exactly); the Responder sees the history and only that document and answers.
 
-Batching: conversations are processed in shards of ``shard_size`` (``OUT/converse/part-NNNNN.parquet``,
-``synthesis.records``); inside a shard, turn t of every live conversation runs as one batch of at most
-``concurrency`` parallel requests (Questioner batch, then Responder batch), so an OpenAI-compatible server is
-kept busy. Every call goes through the LLM layer's cache in ``OUT/llm-cache``: after a kill, the finished
-shards are kept and the shard in progress is redone from cached replies, repeating no call that had finished.
+Scheduling: conversations are written to shards of ``shard_size`` (``OUT/converse/part-NNNNN.parquet``,
+``synthesis.records``). Each conversation goes on as soon as its own previous call returned (Questioner t,
+Responder t, Questioner t+1, ...), ``concurrency`` conversations at a time, taken in order across shard boundaries
+(``synthesis.schedule``), so an OpenAI-compatible server has ``concurrency`` requests in flight while conversations
+remain. The documents drawn at a turn and every prompt depend on the seed, the conversation and its own history
+only, never on timing: the records are those of the earlier turn-batched schedule (turn t of every conversation of
+a shard as one batch), byte for byte (tests/test_synthesis_pipelining.py). Every call goes through the LLM layer's
+cache in ``OUT/llm-cache``: after a kill, the finished shards are kept and the shards in progress are redone from
+cached replies, repeating no call that had finished.
 
 What the agents see (``profile``; decided against the authors' code and the paper's cost estimate of about
 3,000 input tokens per turn, appendix A.5.4): under ``authors`` (default) the Questioner sees the drawn documents
@@ -24,6 +28,13 @@ turn (``prompt_tokens_<role>_turn_<t>``) and the mean answer length (``answer_to
 chunks and long answers: documents cut to 800 characters and earlier answers to 240 for the Questioner, earlier
 answers to 600 for the Responder, answers of about 150 words. An option given by name wins over the profile.
 
+History budget (``max_history_tokens``, default ``DEFAULT_MAX_HISTORY_TOKENS`` = 700 tokens, 0: none; the rule in
+``synthesis.agents``): each agent prompt shows the latest earlier turns that fit in it, the oldest left out whole
+first, never the current question or the documents. On MTRAG's cited passages it keeps the Questioner's mean prompt
+under 3,000 tokens at every turn of 12 (at most 2,942; 3,842 at turn 12 without it: tests/test_synthesis_estimates.py);
+documents are never cut, so long chunks can pass 3,000 alone (``questioner_doc_chars``). The report counts the prompts
+that left turns out and the turns left out (``history_cut_<role>``). Dry-run estimates: ``synthesis.mtr_estimate``.
+
 Failure rule: a Questioner reply that stays unparsable after the LLM layer's re-asks, a call that fails after
 its retries, or an unusable answer (blank, the failure marker) stops the conversation at the last good turn.
 It is kept, marked incomplete, when it reached ``min_turns`` (default: all turns, so by default it is
@@ -35,8 +46,9 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,14 +56,15 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from convrag.errors import ConvragError
-from convrag.llm import LLM, DiskCache, LLMError, UnparsableReply, get_llm, parse_spec, run_batch
+from convrag.llm import LLM, DiskCache, EndpointUnreachable, LLMError, UnparsableReply, get_llm, parse_spec
 from convrag.llm.report import FREE_BACKENDS
 from convrag.progress import label
-from convrag.synthesis.agents import AgentError, Doc, Exchange, Questioner, Responder, draw_documents
+from convrag.synthesis.agents import AgentError, Answer, Doc, Exchange, Question, Questioner, Responder, draw_documents
 from convrag.synthesis.documents import CorpusRef, fetch_documents
 from convrag.synthesis.engine import REPORT_FILE, Estimate, StageContext, StageReport
 from convrag.synthesis.fingerprint import ReadsCorpus
 from convrag.synthesis.records import RecordStage, read_records
+from convrag.synthesis.schedule import overlap_shards
 
 LAYOUTS = ("splice", "paper")
 #: what each profile shows the agents when the option is not given (None: whole texts, no length target)
@@ -62,12 +75,11 @@ PROFILE_DEFAULTS: dict[str, dict[str, int | None]] = {
                 "responder_history_chars": 600},
 }
 CACHE_DIR = "llm-cache"
-#: rough characters per token, for dry-run estimates only
+#: rough characters per token, for estimates made from character counts (``role_estimate``)
 CHARS_PER_TOKEN = 4
-#: dry-run stand-ins when texts are shown whole: the default chunk size (the longest curated chunk) and the
-#: paper's mean answer (87.5 tokens, about 65 words)
-ESTIMATE_DOC_CHARS = 2048
-ESTIMATE_ANSWER_WORDS = 65
+#: default ``max_history_tokens``: the tokens of earlier turns one agent prompt shows, at most (as
+#: ``synthesis.tokens.count_tokens`` counts them); see the module docstring
+DEFAULT_MAX_HISTORY_TOKENS = 700
 
 
 def role_llm(spec: str | None, ctx: StageContext, concurrency: int) -> LLM:
@@ -86,16 +98,23 @@ def check_spec(option: str, spec: str | None) -> None:
 
 
 def spec_label(spec: str | None) -> str:
-    """The spec as recorded in params.json (options after ``;`` left out: they may hold keys)."""
+    """The spec as given, recorded in params.json's parameters (options after ``;`` left out: they may hold keys);
+    what it resolves to (``$CONVRAG_LLM``, the real model, the placeholder flag) is in its ``models``
+    (``Stage.models``)."""
     return (spec or "$CONVRAG_LLM or default").split(";")[0]
+
+
+def token_estimate(spec: str | None, calls: int, prompt_tokens: int, completion_tokens: int) -> Estimate:
+    """An estimate for one role (``spec``: ``$CONVRAG_LLM`` / ``default`` when None) from token counts."""
+    parsed = parse_spec(spec or os.environ.get("CONVRAG_LLM") or "default")
+    return Estimate(llm_calls=calls, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                    model=parsed.target or parsed.kind,
+                    free=parsed.kind in FREE_BACKENDS or parsed.kind in ("default", "gguf", "transformers"))
 
 
 def role_estimate(spec: str | None, calls: int, prompt_chars: int, completion_chars: int) -> Estimate:
     """An estimate for one role from character counts (tokens ~ characters / 4)."""
-    parsed = parse_spec(spec or os.environ.get("CONVRAG_LLM") or "default")
-    return Estimate(llm_calls=calls, prompt_tokens=prompt_chars // CHARS_PER_TOKEN,
-                    completion_tokens=completion_chars // CHARS_PER_TOKEN, model=parsed.target or parsed.kind,
-                    free=parsed.kind in FREE_BACKENDS or parsed.kind in ("default", "gguf", "transformers"))
+    return token_estimate(spec, calls, prompt_chars // CHARS_PER_TOKEN, completion_chars // CHARS_PER_TOKEN)
 
 
 def failure_reason(role: str, error: BaseException) -> str:
@@ -135,7 +154,8 @@ class Converse(ReadsCorpus, RecordStage):
                  questioner_history_chars: int | None = None, answer_words: int | None = None,
                  answer_max_tokens: int = 512, responder_history_chars: int | None = None,
                  questioner: str | None = None, responder: str | None = None, concurrency: int = 8,
-                 shard_size: int = 256, profile: str = "authors") -> None:
+                 shard_size: int = 256, profile: str = "authors",
+                 max_history_tokens: int = DEFAULT_MAX_HISTORY_TOKENS) -> None:
         if layout not in LAYOUTS:
             raise ConvragError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
         if turns < 1 or (layout == "paper" and (turns < 2 or turns % 2)):
@@ -146,6 +166,11 @@ class Converse(ReadsCorpus, RecordStage):
                  "answer_words": answer_words, "responder_history_chars": responder_history_chars}
         view = {k: PROFILE_DEFAULTS[profile][k] if v is None else v for k, v in given.items()}
         self.profile = profile
+        if isinstance(max_history_tokens, bool) or not isinstance(max_history_tokens, int) or max_history_tokens < 0:
+            raise ConvragError(f"max_history_tokens must be a whole number >= 0 (0: no budget), got "
+                               f"{max_history_tokens!r}")
+        #: the agents' history budget in tokens (0: none; ``synthesis.agents``)
+        self.max_history_tokens = max_history_tokens
         for name, value in (("documents_per_turn", documents_per_turn), ("concurrency", concurrency),
                             ("shard_size", shard_size), ("answer_max_tokens", answer_max_tokens), *view.items()):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -176,7 +201,20 @@ class Converse(ReadsCorpus, RecordStage):
                 "min_turns": self.min_turns, "documents_per_turn": self.documents_per_turn,
                 "questioner": spec_label(self.questioner), "responder": spec_label(self.responder),
                 **{f"questioner_{k}": v for k, v in self.questioner_options.items()},
-                **{f"responder_{k}": v for k, v in self.responder_options.items()}, "shard_size": self.shard_size}
+                **{f"responder_{k}": v for k, v in self.responder_options.items()}, "shard_size": self.shard_size,
+                "max_history_tokens": self.max_history_tokens}
+
+    def legacy_params(self) -> dict[str, Any] | None:
+        """Without a history budget, the parameters as versions before ``max_history_tokens`` wrote them (their
+        prompts had no budget either)."""
+        if self.max_history_tokens:
+            return None
+        return {k: v for k, v in self.params().items() if k != "max_history_tokens"}
+
+    def models(self) -> dict[str, dict[str, Any]]:
+        from convrag.llm import describe
+
+        return {"questioner": describe(self.questioner).to_dict(), "responder": describe(self.responder).to_dict()}
 
     # -- input ----------------------------------------------------------------------------------------------
     def _clusters(self, out: Path) -> list[tuple[int, list[str]]]:
@@ -213,34 +251,24 @@ class Converse(ReadsCorpus, RecordStage):
         return max(1, docs // self.expected_cluster_size), "about (documents / cluster size, before curation)"
 
     def estimate(self, ctx: StageContext) -> Estimate:
+        """Calls and tokens from a sample of rendered prompts and a per-turn growth model (synthesis.mtr_estimate)."""
+        from convrag.synthesis.mtr_estimate import estimate_converse
+
         n, how = self._expected_conversations(ctx)
         if n is None:
             return Estimate(note="conversations known after clustering; --option conversations=N to estimate")
-        q = Questioner(None, **self.questioner_options)  # type: ignore[arg-type]
-        r = Responder(None, **self.responder_options)  # type: ignore[arg-type]
-        doc_chars = self.questioner_options["doc_chars"] or ESTIMATE_DOC_CHARS
-        doc = Doc("d", "A document title", "word " * (doc_chars // 5))
-        answer = "word " * (self.responder_options["answer_words"] or ESTIMATE_ANSWER_WORDS)
-        question = "What is a typical question about this document, in about eighty characters?"
-        q_chars = r_chars = 0
-        history: list[Exchange] = []
-        for t in range(1, self.generated_turns + 1):
-            drawn = [doc] * self.documents_per_turn
-            q_chars += sum(len(m["content"]) for m in q.messages(drawn, history, f"estimate:{t}"))
-            r_chars += sum(len(m["content"]) for m in r.messages(history, question, doc))
-            history.append(Exchange(question, answer))
-        calls = n * self.generated_turns
-        parts = [role_estimate(self.questioner, calls, n * q_chars, calls * (len(question) + 40)),
-                 role_estimate(self.responder, calls, n * r_chars, calls * len(answer))]
-        note = f"{how + ' ' if how else ''}{n:,} conversations x {self.generated_turns} turns; tokens ~ chars / 4"
-        return Estimate(records=n, llm_calls=2 * calls, prompt_tokens=sum(p.prompt_tokens for p in parts),
-                        completion_tokens=sum(p.completion_tokens for p in parts), note=note, parts=parts)
+        return estimate_converse(self, ctx, n, how)
 
     # -- run ------------------------------------------------------------------------------------------------
     def run(self, ctx: StageContext) -> StageReport:
+        from convrag.synthesis.agents import history_cut_figures
+
         self._ref = CorpusRef(ctx.out, self.source, self.corpus_config)
-        self._questioner = Questioner(role_llm(self.questioner, ctx, self.concurrency), **self.questioner_options)
-        self._responder = Responder(role_llm(self.responder, ctx, self.concurrency), **self.responder_options)
+        budget = self.max_history_tokens or None
+        self._questioner = Questioner(role_llm(self.questioner, ctx, self.concurrency), **self.questioner_options,
+                                      max_history_tokens=budget)
+        self._responder = Responder(role_llm(self.responder, ctx, self.concurrency), **self.responder_options,
+                                    max_history_tokens=budget)
         report = super().run(ctx)
         records = list(read_records(ctx.folder))
         stopped = Counter(_reason(r["stop_reason"]) for r in records if not r["complete"])
@@ -249,47 +277,69 @@ class Converse(ReadsCorpus, RecordStage):
                           **{f"conversations kept, stopped early: {k}": v for k, v in sorted(stopped.items())},
                           # the paper's MTR-Bench answers average 87.5 tokens (its Table 2)
                           "answer_tokens_mean": round(sum(answers) / len(answers), 1) if answers else 0.0,
-                          **turn_figures(records, ("questioner", "responder"))}
+                          **turn_figures(records, ("questioner", "responder")),
+                          **history_cut_figures([[Exchange(t["question"], t["answer"]) for t in r["turns"]]
+                                                 for r in records], self._questioner, self._responder)}
         return report
 
+    def process_shards(self, shards: Iterator[list[dict[str, Any]]],
+                       ctx: StageContext) -> Iterator[tuple[list[dict[str, Any]], Counter[str]]]:
+        """Every conversation of ``shards`` written turn by turn, pipelined (module docstring)."""
+        bar = tqdm(total=0, unit="turn", disable=not ctx.progress, leave=False, desc=label("generating turns"))
+        lock = threading.Lock()
+        opened = [0]
+
+        def tick(turns: int) -> None:
+            with lock:
+                bar.update(turns)
+
+        def start(batch: list[dict[str, Any]]) -> list[_Conversation]:
+            convs = self._conversations(batch)
+            opened[0] += len(convs)
+            with lock:
+                bar.total += len(convs) * self.generated_turns
+                bar.set_description(label(f"generating turns of {opened[0]:,} conversations"))
+            return convs
+
+        try:
+            for convs, _ in overlap_shards(map(start, shards), lambda conv: self._converse(conv, ctx.seed, tick),
+                                           self.concurrency, catch=()):
+                yield self._rows(convs)
+        finally:
+            bar.close()
+
     def process(self, batch: list[dict[str, Any]], ctx: StageContext) -> tuple[list[dict[str, Any]], Counter[str]]:
+        [shard] = self.process_shards(iter([batch]), ctx)  # runs the generator to its end: its threads are joined
+        return shard
+
+    def _conversations(self, batch: list[dict[str, Any]]) -> list[_Conversation]:
+        """The conversations of a batch of cluster records, with their documents."""
         docs = fetch_documents(self._ref, {d for rec in batch for d in rec["doc_ids"]})
-        convs = [_Conversation(rec["id"], rec["cluster_idx"],
-                               [Doc(d, docs[d]["title"], docs[d]["text"]) for d in rec["doc_ids"]]) for rec in batch]
-        bar = tqdm(total=len(convs) * self.generated_turns, unit="turn", disable=not ctx.progress, leave=False,
-                   desc=label(f"generating turns of {len(convs)} conversations"))
+        return [_Conversation(rec["id"], rec["cluster_idx"],
+                              [Doc(d, docs[d]["title"], docs[d]["text"]) for d in rec["doc_ids"]]) for rec in batch]
+
+    def _converse(self, conv: _Conversation, seed: int, tick: Callable[[int], None]) -> None:
+        """Write ``conv`` turn after turn, each call as soon as the one before returned, until the failure rule
+        stops it; ``tick`` counts each turn done or skipped."""
         for t in range(1, self.generated_turns + 1):
-            live = [c for c in convs if not c.reason]
-            bar.update(len(convs) - len(live))
-            bar.set_description(f"converse: turn {t}/{self.generated_turns}, {len(live)} conversations")
-            keys = [f"{ctx.seed}:{c.id}:{t}" for c in live]
-            drawn = [draw_documents(c.pool, self.documents_per_turn, key) for c, key in zip(live, keys, strict=True)]
-            asked = run_batch(list(zip(live, drawn, keys, strict=True)),
-                              lambda item: self._questioner.ask(item[1], item[0].history, item[2]),
-                              self.concurrency, catch=(LLMError,))
-            for i, err in asked.errors.items():
-                live[i].reason = failure_reason("questioner", err)
-            bar.update(len(asked.errors))
-            shown = {c.id: docs for c, docs in zip(live, drawn, strict=True)}
-            posed = [(c, q) for c, q in zip(live, asked.results, strict=True) if q is not None]
-            answered = run_batch(posed, lambda cq: self._responder.answer(cq[0].history, cq[1].text, cq[1].gold),
-                                 self.concurrency, catch=(LLMError,), on_result=lambda *_: bar.update())
-            for i, ((conv, question), answer) in enumerate(zip(posed, answered.results, strict=True)):
-                if answer is None:
-                    conv.reason = failure_reason("responder", answered.errors[i])
-                    continue
-                conv.turns.append({
-                    "turn": t, "question": question.text, "original_question": question.text, "answer": answer.text,
-                    "gold": question.gold.doc_id, "drawn": [d.doc_id for d in shown[conv.id]],
-                    "prompt_tokens": question.prompt_tokens + answer.prompt_tokens,
-                    "completion_tokens": question.completion_tokens + answer.completion_tokens,
-                    "role_tokens": {"questioner_prompt": question.prompt_tokens,
-                                    "questioner_completion": question.completion_tokens,
-                                    "responder_prompt": answer.prompt_tokens,
-                                    "responder_completion": answer.completion_tokens,
-                                    "polisher_prompt": 0, "polisher_completion": 0},
-                    "polish": "not run"})
-        bar.close()
+            key = f"{seed}:{conv.id}:{t}"
+            drawn = draw_documents(conv.pool, self.documents_per_turn, key)
+            role = "questioner"
+            try:
+                question = self._questioner.ask(drawn, conv.history, key)
+                role = "responder"
+                answer = self._responder.answer(conv.history, question.text, question.gold)
+            except EndpointUnreachable:
+                raise
+            except LLMError as err:
+                conv.reason = failure_reason(role, err)
+                break
+            conv.turns.append(turn_record(t, question, answer, drawn))
+            tick(1)
+        tick(self.generated_turns - len(conv.turns))
+
+    def _rows(self, convs: list[_Conversation]) -> tuple[list[dict[str, Any]], Counter[str]]:
+        """The records of finished conversations (in order) and the drops of the failure rule."""
         rows: list[dict[str, Any]] = []
         drops: Counter[str] = Counter()
         for c in convs:
@@ -300,6 +350,20 @@ class Converse(ReadsCorpus, RecordStage):
             rows.append({"id": c.id, "cluster_idx": c.cluster_idx, "doc_ids": [d.doc_id for d in c.pool],
                          "turns": c.turns, "complete": not c.reason, "stop_reason": stop})
         return rows, drops
+
+
+def turn_record(t: int, question: Question, answer: Answer, drawn: list[Doc]) -> dict[str, Any]:
+    """Turn ``t`` of a conversation record: the question asked about the drawn documents and its answer."""
+    return {"turn": t, "question": question.text, "original_question": question.text, "answer": answer.text,
+            "gold": question.gold.doc_id, "drawn": [d.doc_id for d in drawn],
+            "prompt_tokens": question.prompt_tokens + answer.prompt_tokens,
+            "completion_tokens": question.completion_tokens + answer.completion_tokens,
+            "role_tokens": {"questioner_prompt": question.prompt_tokens,
+                            "questioner_completion": question.completion_tokens,
+                            "responder_prompt": answer.prompt_tokens,
+                            "responder_completion": answer.completion_tokens,
+                            "polisher_prompt": 0, "polisher_completion": 0},
+            "polish": "not run"}
 
 
 def _reason(stop: str) -> str:

@@ -5,7 +5,8 @@ half-written file under its final name)::
 
     OUT/pipeline.json          pipeline name, seed, stage names
     OUT/inputs.json            each stage's input fingerprint (``synthesis.fingerprint``; written as it starts)
-    OUT/<stage>/params.json    the stage's parameters and the seed (written before the stage runs)
+    OUT/<stage>/params.json    the stage's parameters, the seed and the LLM of each role, resolved through
+                               $CONVRAG_LLM to the real model (``models``; written before the stage runs)
     OUT/<stage>/...            the stage's outputs (record shards, arrays)
     OUT/<stage>/report.json    written last: the stage is finished (with the digest of its output)
     OUT/<stage>/incomplete.json  instead of report.json: the stage stopped the run (why, with the counts)
@@ -13,7 +14,9 @@ half-written file under its final name)::
 Resuming: a stage whose ``report.json`` exists is skipped; an unfinished stage is run again and skips the
 work it already finished (record shards already on disk, datatrove tasks marked complete, arrays already
 saved). LLM calls go through the LLM layer's on-disk cache, so redone work repeats no paid call. A stage
-folder made with other parameters is an error (rerun with the same parameters, or ``redo`` that stage). A
+folder made with other parameters or other models (a role's model name or placeholder flag; not its endpoint, and
+not checked against a params.json written before models were recorded) is an error (rerun with the same
+parameters, or ``redo`` that stage); models do not enter the input fingerprint, so older folders resume. A
 stage whose inputs changed (a corpus file edited, added or removed; the output of the stage it builds on
 changed) is redone with every stage after it, and the run says so.
 
@@ -44,8 +47,11 @@ from convrag.llm.report import RunReport, load_prices, price_for
 from convrag.llm.types import EndpointUnreachable
 from convrag.progress import scope
 from convrag.synthesis.fingerprint import OUTPUT_KEY, REPORT_FILE, RunInputs, output_digest, write_inputs
+from convrag.synthesis.provenance import changed_models, estimate_models
 
 PARAMS_FILE = "params.json"
+#: the key of params.json naming the LLM of each role (``Stage.models``); kept out of the input fingerprint
+MODELS_KEY = "models"
 PIPELINE_FILE = "pipeline.json"
 INCOMPLETE_FILE = "incomplete.json"
 
@@ -181,6 +187,12 @@ class Stage(ABC):
         fingerprint, still counts as made with these parameters. None (here) when nothing changed."""
         return None
 
+    def models(self) -> dict[str, dict[str, Any]]:
+        """Role -> the identity of the LLM it calls (``convrag.llm.identity.describe(spec).to_dict()``: the spec
+        resolved through ``$CONVRAG_LLM``, the model's name, whether it is the embedded placeholder); written to
+        params.json beside the parameters. Empty (here) for a stage without an LLM."""
+        return {}
+
     def input_listing(self) -> dict[str, Any] | None:
         """How ``input_files`` were listed (recorded, so that a later run lists them again and sees a file added or
         removed); None when they are named one by one."""
@@ -248,7 +260,8 @@ class Pipeline:
                 for s in self.stages]
 
     def check(self, out: Path, redo: Sequence[str] = ()) -> None:
-        """Refuse a folder whose finished or started stages were made with other parameters or another seed."""
+        """Refuse a folder whose finished or started stages were made with other parameters, another seed or other
+        models (see :func:`changed_models`)."""
         for stage in self.stages:
             params_file = out / stage.name / PARAMS_FILE
             if stage.name in redo or not params_file.is_file():
@@ -257,6 +270,10 @@ class Pipeline:
                 old = json.loads(params_file.read_text(encoding="utf-8"))
             except (ValueError, UnicodeDecodeError) as err:
                 raise ConvragError(f"{params_file}: unreadable ({err}); give --redo {stage.name}") from None
+            models = changed_models(old.pop(MODELS_KEY, None), stage.models())
+            if models:
+                raise ConvragError(f"{out / stage.name}: made with other models ({models}); rerun with the same "
+                                   f"ones, use another --out, or give --redo {stage.name}")
             new = json.loads(json.dumps(self._stage_params(stage)))
             legacy = json.loads(json.dumps(self._stage_params(stage, legacy=True)))
             if old != new and (legacy["params"] is None or old != legacy):
@@ -340,7 +357,9 @@ class Pipeline:
                 failed.unlink()
         folder.mkdir(parents=True, exist_ok=True)
         remove_temporaries(folder)
-        write_json_atomic(folder / PARAMS_FILE, self._stage_params(stage))
+        models = stage.models()  # a stage without an LLM keeps the params.json it always had
+        extra = {MODELS_KEY: models} if models else {}
+        write_json_atomic(folder / PARAMS_FILE, {**self._stage_params(stage), **extra})
         write_inputs(out, stage.name, record)
         ctx = StageContext(out=out, folder=folder, seed=self.seed, progress=progress)
         start = time.perf_counter()
@@ -389,18 +408,28 @@ def format_reports(reports: Sequence[StageReport]) -> str:
 
 
 def format_estimates(estimates: Sequence[tuple[str, Estimate]]) -> str:
-    """The dry-run table: per stage records, LLM calls, tokens and cost."""
+    """The dry-run table: per stage records, LLM calls, tokens, cost and the model(s) called (``(placeholder)``
+    after the embedded SmolLM2-135M); a closing line when the placeholder would run, whose $0 prices nothing."""
     lines = [f"{'stage':<12} {'records':>10} {'LLM calls':>10} {'prompt tok':>12} {'output tok':>12} {'cost':>10}"]
+    placeholder = False
     for name, e in estimates:
         cost = e.cost_usd()
         records = "?" if e.records is None else f"{e.records:,}"
         shown = "unpriced" if cost is None else f"${cost:.4f}"
+        models = estimate_models(e)
+        placeholder = placeholder or any(flag for _, flag in models)
+        called = ", ".join(f"{m} (placeholder)" if flag else m for m, flag in models)
         lines.append(f"{name:<12} {records:>10} {e.llm_calls:>10,} {e.prompt_tokens:>12,} "
-                     f"{e.completion_tokens:>12,} {shown:>10}" + (f"  {e.note}" if e.note else ""))
+                     f"{e.completion_tokens:>12,} {shown:>10}" + (f"  model: {called};" if called else "")
+                     + (f"  {e.note}" if e.note else ""))
     if sum(e.llm_calls for _, e in estimates):
         costs = [e.cost_usd() for _, e in estimates]
         total = "unpriced" if None in costs else f"${sum(c for c in costs if c is not None):.4f}"
         lines.append(f"{'total':<12} {'':>10} {sum(e.llm_calls for _, e in estimates):>10,} "
                      f"{sum(e.prompt_tokens for _, e in estimates):>12,} "
                      f"{sum(e.completion_tokens for _, e in estimates):>12,} {total:>10}")
+    if placeholder:
+        lines.append("placeholder: the embedded SmolLM2-135M runs locally at no cost, and what it writes only shows "
+                     "that the plumbing works; name a real model (--questioner / --responder / --polisher / --llm, or "
+                     "CONVRAG_LLM) to estimate a real run.")
     return "\n".join(lines)

@@ -8,27 +8,30 @@ rejection``: too long, too short, meta phrase, several lines, unchanged), ``kept
 failed after its retries: the formal question is kept, the failure counted) or ``first turn`` (turn 1 stays
 formal, as the authors do).
 
-Turn t of every conversation of a shard runs as one batch; the Polisher of turn t sees the conversation
-before it with the rewrites of turns 2..t-1 already in place, so a rewrite propagates into later turns'
-history. Answers were written for the formal questions (as in the authors' pipeline, which polishes after
-answering). Calls are cached in ``OUT/llm-cache`` like the other agents'.
+Each conversation is polished turn after turn, as soon as its previous call returned, ``concurrency``
+conversations at a time across shard boundaries (``synthesis.schedule``); the Polisher of turn t sees the
+conversation before it with the rewrites of turns 2..t-1 already in place, so a rewrite propagates into later
+turns' history, and the output does not depend on timing. Answers were written for the formal questions (as in
+the authors' pipeline, which polishes after answering). Calls are cached in ``OUT/llm-cache`` like the other agents'.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from tqdm.auto import tqdm
 
 from convrag.errors import ConvragError
-from convrag.llm import LLMError, run_batch
+from convrag.llm import EndpointUnreachable, LLMError
 from convrag.progress import label
 from convrag.synthesis.agents import Exchange, Polisher
-from convrag.synthesis.converse import Converse, check_spec, role_estimate, role_llm, spec_label, turn_figures
-from convrag.synthesis.engine import REPORT_FILE, Estimate, StageContext, StageReport
+from convrag.synthesis.converse import Converse, check_spec, role_llm, spec_label, turn_figures
+from convrag.synthesis.engine import Estimate, StageContext, StageReport
 from convrag.synthesis.records import RecordStage, count_records, read_records
+from convrag.synthesis.schedule import overlap_shards
 
 CALL_FAILED = "kept: call failed"
 
@@ -55,39 +58,23 @@ class Polish(RecordStage):
         return {"polisher": spec_label(self.polisher), "polish_context_chars": self.context_chars,
                 "shard_size": self.shard_size}
 
+    def models(self) -> dict[str, dict[str, Any]]:
+        from convrag.llm import describe
+
+        return {"polisher": describe(self.polisher).to_dict()}
+
     def records(self, ctx: StageContext) -> Iterable[dict[str, Any]]:
         return read_records(ctx.stage_folder("converse"))
 
     def total(self, ctx: StageContext) -> int | None:
         return count_records(ctx.stage_folder("converse"))
 
-    def _prompt_chars(self, turns: int) -> int:
-        """Characters of every Polisher prompt of one conversation of ``turns`` turns (typical texts)."""
-        question = "What is a typical question about this document, in about eighty characters?"
-        polisher = Polisher(None, context_answer_chars=self.context_chars)  # type: ignore[arg-type]
-        history: list[Exchange] = []
-        total = 0
-        for _ in range(2, turns + 1):
-            history.append(Exchange(question, "word " * 200))
-            total += sum(len(m["content"]) for m in polisher.messages(history, question))
-        return total
-
     def estimate(self, ctx: StageContext) -> Estimate:
-        converse = ctx.out / "converse"
-        if (converse / REPORT_FILE).is_file():
-            lengths = [len(r["turns"]) for r in read_records(converse, columns=["turns"])]
-            how = ""
-        elif self.upstream is not None and self.upstream._expected_conversations(ctx)[0] is not None:
-            n, how = self.upstream._expected_conversations(ctx)
-            lengths = [self.upstream.generated_turns] * (n or 0)
-        else:
-            return Estimate(note="one call per user turn after the first; known after the converse stage")
-        calls = sum(max(0, t - 1) for t in lengths)
-        chars = sum(self._prompt_chars(t) for t in set(lengths) for _ in range(lengths.count(t)))
-        part = role_estimate(self.polisher, calls, chars, calls * 60)
-        return Estimate(records=len(lengths), llm_calls=calls, prompt_tokens=part.prompt_tokens,
-                        completion_tokens=part.completion_tokens, parts=[part],
-                        note=f"{how + ' ' if how else ''}{len(lengths):,} conversations; tokens ~ chars / 4")
+        """Calls and tokens from a sample of rendered prompts and a per-turn growth model (synthesis.mtr_estimate):
+        the converse stage's conversations once it ran, else the expected ones of ``upstream``."""
+        from convrag.synthesis.mtr_estimate import estimate_polish
+
+        return estimate_polish(self, ctx)
 
     def run(self, ctx: StageContext) -> StageReport:
         llm = role_llm(self.polisher, ctx, self.concurrency)
@@ -99,30 +86,56 @@ class Polish(RecordStage):
                           **turn_figures(records, ("polisher",))}
         return report
 
+    def process_shards(self, shards: Iterator[list[dict[str, Any]]],
+                       ctx: StageContext) -> Iterator[tuple[list[dict[str, Any]], Counter[str]]]:
+        """Every conversation of ``shards`` polished turn after turn, ``concurrency`` conversations at a time across
+        shard boundaries (``synthesis.schedule``)."""
+        bar = tqdm(total=0, unit="question", leave=False, desc=label("rewriting user turns"),
+                   disable=not ctx.progress)
+        lock = threading.Lock()
+
+        def start(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            with lock:
+                bar.total += sum(max(0, len(rec["turns"]) - 1) for rec in batch)
+                bar.refresh()
+            return batch
+
+        def tick() -> None:
+            with lock:
+                bar.update()
+
+        try:
+            for _, done in overlap_shards(map(start, shards), lambda rec: self._polish(rec, tick), self.concurrency,
+                                          catch=()):
+                yield [conv for conv in done.results if conv is not None], Counter()
+        finally:
+            bar.close()
+
     def process(self, batch: list[dict[str, Any]], ctx: StageContext) -> tuple[list[dict[str, Any]], Counter[str]]:
-        convs = [dict(rec, turns=[dict(t) for t in rec["turns"]]) for rec in batch]
-        for conv in convs:
-            conv["turns"][0]["polish"] = "first turn"
-        longest = max((len(c["turns"]) for c in convs), default=0)
-        bar = tqdm(total=sum(max(0, len(c["turns"]) - 1) for c in convs), unit="question", leave=False,
-                   desc=label("rewriting user turns"), disable=not ctx.progress)
-        for index in range(1, longest):
-            todo = [c for c in convs if len(c["turns"]) > index]
-            asks = [([Exchange(t["question"], t["answer"]) for t in c["turns"][:index]], c["turns"][index]["question"])
-                    for c in todo]
-            done = run_batch(asks, lambda ask: self._polisher.polish(*ask), self.concurrency, catch=(LLMError,),
-                             on_result=lambda *_: bar.update())
-            for conv, rewrite in zip(todo, done.results, strict=True):
-                turn = conv["turns"][index]
-                if rewrite is None:
-                    turn["polish"] = CALL_FAILED
-                    continue
-                turn["question"] = rewrite.text
-                turn["polish"] = rewrite.status if rewrite.status == "rewritten" else f"kept: {rewrite.status}"
-                tokens = dict(turn.get("role_tokens") or {})
-                tokens.update(polisher_prompt=rewrite.prompt_tokens, polisher_completion=rewrite.completion_tokens)
-                turn["role_tokens"] = tokens
-                turn["prompt_tokens"] += rewrite.prompt_tokens
-                turn["completion_tokens"] += rewrite.completion_tokens
-        bar.close()
-        return convs, Counter()
+        [shard] = self.process_shards(iter([batch]), ctx)  # runs the generator to its end: its threads are joined
+        return shard
+
+    def _polish(self, rec: dict[str, Any], tick: Callable[[], None]) -> dict[str, Any]:
+        """``rec`` with user turns 2..T rewritten in order, each Polisher call seeing the rewrites before it."""
+        conv = dict(rec, turns=[dict(t) for t in rec["turns"]])
+        conv["turns"][0]["polish"] = "first turn"
+        for index in range(1, len(conv["turns"])):
+            turn = conv["turns"][index]
+            history = [Exchange(t["question"], t["answer"]) for t in conv["turns"][:index]]
+            try:
+                rewrite = self._polisher.polish(history, turn["question"])
+            except EndpointUnreachable:
+                raise
+            except LLMError:
+                turn["polish"] = CALL_FAILED
+                tick()
+                continue
+            turn["question"] = rewrite.text
+            turn["polish"] = rewrite.status if rewrite.status == "rewritten" else f"kept: {rewrite.status}"
+            tokens = dict(turn.get("role_tokens") or {})
+            tokens.update(polisher_prompt=rewrite.prompt_tokens, polisher_completion=rewrite.completion_tokens)
+            turn["role_tokens"] = tokens
+            turn["prompt_tokens"] += rewrite.prompt_tokens
+            turn["completion_tokens"] += rewrite.completion_tokens
+            tick()
+        return conv

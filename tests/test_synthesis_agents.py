@@ -296,3 +296,72 @@ def test_questioner_needs_documents() -> None:
     with pytest.raises(ConvragError, match="no documents"):
         Questioner(llm).ask([], [], "0:c10:1")
     assert backend.calls == []
+
+
+# -- the history budget (max_history_tokens) ---------------------------------------------------------------------
+
+def _real_exchanges(n: int) -> list[Exchange]:
+    """``n`` real question / answer pairs of one MTRAG conversation after another (human-written texts)."""
+    from .conftest import DATA
+
+    conversations = json.loads((DATA / "mtrag" / "mtrag-human" / "conversations" / "conversations.json").read_text())
+    out: list[Exchange] = []
+    for conv in conversations:
+        msgs = conv["messages"]
+        out += [Exchange(q["text"], a["text"]) for q, a in zip(msgs[::2], msgs[1::2], strict=False)
+                if q["speaker"] == "user" and a["speaker"] == "agent"]
+        if len(out) >= n:
+            return out[:n]
+    raise AssertionError("not enough MTRAG turns")
+
+
+def test_history_budget_cuts_oldest_turns_first_and_never_the_current_turn() -> None:
+    from convrag.synthesis.agents import history_cut_figures
+    from convrag.synthesis.tokens import count_tokens, history_cuts, keep_recent, prompt_tokens
+
+    history = _real_exchanges(11)  # turn 12 of a conversation
+    question, budget = "and what happened to the keepers after it was automated?", 500
+    for cls, make in ((Questioner, lambda a: a.messages(POOL[:5], history, "0:c1:12")),
+                      (Responder, lambda a: a.messages(history, question, POOL[0]))):
+        whole, capped, off = cls(None), cls(None, max_history_tokens=budget), cls(None, max_history_tokens=0)
+        costs = [capped.turn_tokens(h) for h in history]
+        assert sum(costs) > budget  # the whole history would pass the budget
+        shown = capped.shown_history(history)
+        assert shown == history[-len(shown):] and 0 < len(shown) < len(history)  # the latest turns, oldest cut first
+        assert sum(capped.turn_tokens(h) for h in shown) <= budget < sum(costs[-len(shown) - 1:])
+        text = "\n".join(m["content"] for m in make(capped))
+        assert all(h.question in text for h in shown) and history[0].question not in text
+        assert (question if cls is Responder else POOL[4].title) in text  # the current turn is never cut
+        if cls is Questioner:
+            assert all(strip(d.text)[:60] in text for d in POOL[:5])  # nor the documents
+        assert make(off) == make(whole) and off.shown_history(history) == history  # 0: nothing is cut
+        print(f"\n{cls.__name__} at turn 12: {prompt_tokens(make(whole)):,} prompt tokens with the whole history "
+              f"({sum(costs):,} of history), {prompt_tokens(make(capped)):,} with max_history_tokens={budget} "
+              f"({len(history) - len(shown)} oldest of 11 turns left out)")
+        assert prompt_tokens(make(whole)) - prompt_tokens(make(capped)) >= sum(costs) - budget
+    # every turn of the conversation: the history shown never passes the budget, and the counts add up
+    responder = Responder(None, max_history_tokens=budget)
+    costs = [responder.turn_tokens(h) for h in history]
+    kept = [keep_recent(costs[:t], budget) for t in range(12)]
+    assert all(sum(costs[t - k:t]) <= budget for t, k in enumerate(kept)) and kept[:3] == [0, 1, 2]
+    assert history_cuts(costs, budget) == (sum(1 for t, k in enumerate(kept[:11]) if k < t),
+                                           sum(t - k for t, k in enumerate(kept[:11])))
+    assert history_cuts(costs, None) == (0, 0) and count_tokens("") == 0
+    figures = history_cut_figures([history], Questioner(None, max_history_tokens=budget), Responder(None))
+    assert figures["history_cut_responder"] == "no budget (max_history_tokens=0)"
+    assert re.fullmatch(r"\d+ prompts left \d+ earlier turns out \(max_history_tokens=500\)",
+                        figures["history_cut_questioner"])
+
+
+def strip(text: str) -> str:
+    return re.sub(r"[ \t]*\[\d+\]", "", text)
+
+
+def test_history_within_the_budget_renders_the_prompt_of_today_byte_for_byte() -> None:
+    llm, _ = make_llm()
+    for budget in (None, 0, 10_000):
+        q = Questioner(llm, max_history_tokens=budget)
+        assert q.messages(POOL[:5], HISTORY, "0:c000004:3") == Questioner(llm).messages(POOL[:5], HISTORY,
+                                                                                        "0:c000004:3")
+        r = Responder(llm, max_history_tokens=budget)
+        assert r.messages(HISTORY, Q, POOL[0]) == Responder(llm).messages(HISTORY, Q, POOL[0])
