@@ -84,7 +84,9 @@ DEFAULT_MAX_HISTORY_TOKENS = 700
 
 def role_llm(spec: str | None, ctx: StageContext, concurrency: int) -> LLM:
     """The LLM of one agent role: its spec (``$CONVRAG_LLM`` / ``default`` when None), cached in OUT/llm-cache,
-    accounted in the stage's report."""
+    accounted in the stage's report. The stage's scheduler runs ``concurrency`` tasks over all its roles, so that is
+    the bound the report states for requests in flight (not the sum over roles)."""
+    ctx.llm_report.bound(concurrency)
     return get_llm(spec, cache=DiskCache(ctx.out / CACHE_DIR), report=ctx.llm_report, max_concurrency=concurrency)
 
 

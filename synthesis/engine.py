@@ -383,10 +383,18 @@ class Pipeline:
 
 
 def llm_summary(report: RunReport) -> dict[str, Any]:
-    """The LLM figures a stage report carries: calls, cache hits, failures, tokens, cost."""
+    """The LLM figures a stage report carries: calls, cache hits, failures, tokens, cost, requests in flight
+    (:meth:`convrag.llm.report.RunReport.in_flight`)."""
     return {"calls": report.calls, "cache_hits": report.cache_hits, "failures": report.failures,
             "prompt_tokens": report.prompt_tokens, "completion_tokens": report.completion_tokens,
-            "cost_usd": round(report.cost_usd, 6)}
+            "cost_usd": round(report.cost_usd, 6), "in_flight": report.in_flight()}
+
+
+def _flight(flight: dict[str, Any] | None) -> str:
+    """``, in flight: mean 14.2, peak 16 of 16`` when requests were sent, else nothing."""
+    if not flight or not flight.get("peak"):
+        return ""
+    return f", in flight: mean {flight['mean']:.1f}, peak {flight['peak']} of {flight['limit']}"
 
 
 def format_reports(reports: Sequence[StageReport]) -> str:
@@ -400,7 +408,7 @@ def format_reports(reports: Sequence[StageReport]) -> str:
         if r.llm.get("calls") or r.llm.get("cache_hits"):
             lines.append(f"  LLM: {r.llm['calls']:,} calls, {r.llm['cache_hits']:,} cached, {r.llm['failures']:,} "
                          f"failed, {r.llm['prompt_tokens']:,} + {r.llm['completion_tokens']:,} tokens, "
-                         f"${r.llm['cost_usd']:.4f}")
+                         f"${r.llm['cost_usd']:.4f}" + _flight(r.llm.get("in_flight")))
         for key, value in r.figures.items():
             if isinstance(value, (int, float, str)):
                 lines.append(f"  {key}: {value:,}" if isinstance(value, int) else f"  {key}: {value}")

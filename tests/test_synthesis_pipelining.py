@@ -260,6 +260,9 @@ def test_synthesize_mtr_keeps_the_server_at_concurrency_across_shards(tmp_path: 
     assert figures["converse"][0] == 32 * 2 * 2 and figures["polish"][0] == 32
     for _, peak, mean in figures.values():
         assert peak == 16 and mean >= 12
+    for stage in ("converse", "polish"):  # the stage reports state the achieved figures against the one bound
+        flight = json.loads((out / stage / "report.json").read_text(encoding="utf-8"))["llm"]["in_flight"]
+        assert flight["limit"] == 16 and flight["peak"] == figures[stage][1] and flight["mean"] >= 12
     assert len(list(read_records(out / "polish"))) == 32 and len(list((out / "converse").glob("part-*"))) == 4
 
 

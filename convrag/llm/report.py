@@ -46,7 +46,8 @@ class RunReport:
     ``limit`` is the sum of those LLMs' bounds (``max_concurrency``), ``peak`` the most requests out at once,
     ``busy_seconds`` the time during which at least one request was out, and ``mean`` the time-weighted mean number
     of requests out over that busy time (request-seconds / busy seconds; idle gaps between batches do not count).
-    ``clock``: the seconds those times are read from.
+    ``clock``: the seconds those times are read from. :meth:`bound` replaces the summed ``limit`` by a bound that a
+    caller enforces over all of them (a scheduler running N tasks over two LLMs of N each has N, not 2N).
     """
 
     def __init__(self, prices: dict[str, dict[str, float]] | None = None, *,
@@ -73,6 +74,7 @@ class RunReport:
         self.per_model: dict[str, dict[str, Any]] = {}
         self.failure_messages: list[str] = []
         self._limits: list[int] = []
+        self._bound: int | None = None
         self._open = 0  # requests out now
         self._peak = 0
         self._area = 0.0  # request-seconds while at least one request was out
@@ -83,6 +85,11 @@ class RunReport:
         """Register one LLM sharing this report and its bound on requests in flight."""
         with self._lock:
             self._limits.append(int(limit))
+
+    def bound(self, limit: int) -> None:
+        """The bound on requests in flight that the caller enforces over every LLM sharing this report."""
+        with self._lock:
+            self._bound = int(limit)
 
     def _step(self, change: int) -> None:
         with self._lock:
@@ -112,7 +119,8 @@ class RunReport:
                 now = self._clock()
                 area += self._open * (now - self._since)
                 busy += now - self._since
-            return {"limit": sum(self._limits) if self._limits else None, "peak": self._peak,
+            limit = self._bound if self._bound is not None else sum(self._limits) if self._limits else None
+            return {"limit": limit, "peak": self._peak,
                     "mean": round(area / busy, 3) if busy > 0 else 0.0, "busy_seconds": round(busy, 3)}
 
     def record_call(self, backend: str, model: str, usage: Usage | None, seconds: float, error: str | None) -> None:
