@@ -9,8 +9,9 @@ Record (JSON)::
                              ``hf://`` URL; see ``convrag.provenance.public_path``)
     seed: int
     models: {role: identity} the LLM of each role, from the ``models`` of its stage's params.json
-                             (``convrag.llm.identity.ModelIdentity.to_dict``; a D&V stage's one LLM is the role named
-                             after the stage). A stage whose params.json predates ``models`` gives
+                             (``convrag.llm.identity.ModelIdentity.to_dict`` without the endpoint, which stays in the
+                             local params.json; a D&V stage's one LLM is the role named after the stage). A stage
+                             whose params.json predates ``models`` gives
                              ``{"spec": <as given>, "model": null, "placeholder": null, "label": "not recorded ..."}``.
     placeholder: bool        some role ran on the embedded SmolLM2-135M placeholder
 
@@ -80,11 +81,23 @@ RUNS = {"mtr": ("mtr-bench", "assemble", ("converse", "polish")),
         "recor-dv": ("recor", "release", ("align", "aspects", "facts", "turns"))}
 
 
+def _public(ident: dict[str, Any]) -> dict[str, Any]:
+    """A model identity as a published card may show it: the endpoint left out (a server's address is the run's
+    business, not the dataset's), the spec cut before ``@``."""
+    if not isinstance(ident, dict) or not ident.get("endpoint"):
+        return ident
+    spec = str(ident.get("spec") or "").split("@")[0]
+    label = ident.get("label")
+    if label == ident.get("spec"):
+        label = f"{spec} (an OpenAI-compatible server)"
+    return {**ident, "spec": spec, "endpoint": None, "label": label}
+
+
 def make_record(*, pipeline: str, out: Path, stages: Sequence[str], corpus: str | None, seed: Any) -> dict[str, Any]:
     """The record (see the module docstring) of the run folder ``out``."""
     from convrag.provenance import public_path
 
-    models = stage_models(out, stages)
+    models = {role: _public(ident) for role, ident in stage_models(out, stages).items()}
     return {"pipeline": pipeline, "benchmark": RUNS[pipeline][0],
             "corpus": public_path(corpus) if corpus else None, "seed": seed, "models": models,
             "placeholder": any(m.get("placeholder") is True for m in models.values())}
