@@ -29,6 +29,17 @@ mean. Queries whose judgments hold no relevant document are left out of the mean
 ``RetrievalResult.excluded``; run queries without judgments are listed in ``RetrievalResult.unjudged``.
 Nothing is rounded.
 
+How it is computed, in one vectorised pass over all queries (no Python step per retrieved document):
+``inputs.read_qrels`` / ``inputs.read_run`` check both inputs in bulk and flatten them (every score of every
+ranking in one 32-bit array, the relevant documents with their grades and query numbers). All documents of
+scored rankings are then sorted once as 64-bit keys (ranking number in the high 32 bits, the score's bits mapped
+to an order-preserving unsigned integer in the low 32), and a relevant document's 0-based rank is the number of
+keys of its ranking above its own (two binary searches). Only a relevant document that shares its 32-bit score
+with another document of its ranking needs the doc ids: those tied documents with a greater doc id are added
+(:func:`_count_ahead`, on the queries concerned only). In a ranked list, the rank is the position. From the
+ranks and grades of the relevant documents, every measure at every cut-off is a masked per-query sum
+(``numpy.bincount``) over those documents alone.
+
 >>> run = {"q1": {"d1": 0.9, "d2": 0.8, "d3": 0.1}, "q2": ["d7", "d5"]}
 >>> qrels = {"q1": {"d2": 2, "d3": 1, "d9": 0}, "q2": ["d5"], "q3": {"d4": 1}}
 >>> result = score_run(run, qrels, measures=["Recall@1", "MRR", "P@2"])
@@ -47,9 +58,30 @@ import re
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import chain
 from typing import Any
 
 import numpy as np
+
+from .inputs import (
+    GroupsError,
+    Judgments,
+    MeasureError,
+    QrelsError,
+    Ranking,
+    RetrievalInputError,
+    Retrieved,
+    RunError,
+    as_trec_scores,
+    read_qrels,
+    read_run,
+)
+
+__all__ = [
+    "DEFAULT_K_VALUES", "IR_MEASURES_NAMES", "MACRO", "MEASURE_FAMILIES", "UNCUT_FAMILIES", "GroupsError",
+    "MeasureError", "QrelsError", "RetrievalInputError", "RetrievalResult", "RunError", "as_trec_scores",
+    "measure_names", "parse_measure", "score_run",
+]  # fmt: skip
 
 MEASURE_FAMILIES: tuple[str, ...] = ("nDCG", "Recall", "R_cap", "Success", "MRR", "MAP", "P")
 """Measure families; each takes a cut-off ``@k``."""
@@ -61,30 +93,8 @@ DEFAULT_K_VALUES: tuple[int, ...] = (1, 3, 5, 10)
 MACRO = "macro"
 """Key of the macro-average over groups in ``RetrievalResult.to_dict()``."""
 
-Ranking = Mapping[str, float] | Sequence[str]
-Judgments = Mapping[str, int] | Sequence[str]
 _NAME = re.compile(r"^(?P<family>[A-Za-z_]+)(?:@(?P<k>[0-9]+))?$")
-_PAIR_CHUNK = 4_000_000  # comparisons per block when ranking relevant documents
-
-
-class RetrievalInputError(ValueError):
-    """Base class of the errors raised for bad metric input."""
-
-
-class RunError(RetrievalInputError):
-    """The run is malformed (wrong types, non-numeric or NaN scores, duplicate doc ids)."""
-
-
-class QrelsError(RetrievalInputError):
-    """The relevance judgments are malformed."""
-
-
-class GroupsError(RetrievalInputError):
-    """The query groups are malformed or miss a scored query."""
-
-
-class MeasureError(RetrievalInputError):
-    """An unknown measure name or a bad cut-off."""
+_PAIR_CHUNK = 4_000_000  # comparisons per block when breaking ties between documents
 
 
 def parse_measure(name: str) -> tuple[str, int | None]:
@@ -203,159 +213,72 @@ def score_run(run: Mapping[str, Ranking], qrels: Mapping[str, Judgments],
     if not isinstance(qrels, Mapping):
         raise QrelsError(f"qrels must be a mapping of query id to judgments, got {type(qrels).__name__}")
 
-    query_ids, excluded, rel_query, rel_docs, rel_grade = _read_qrels(qrels)
-    if not query_ids:
+    judged = read_qrels(qrels)
+    if not judged.query_ids:
         raise QrelsError("no query in the qrels has a relevant document (grade >= 1); nothing to score")
     unjudged = [qid for qid in run if qid not in qrels]
-    ranks, missing = _relevant_ranks(run, query_ids, rel_query, rel_docs)
-    values = _measure_values(parsed, len(query_ids), rel_query, np.asarray(rel_grade, dtype=np.float64), ranks)
+    retrieved = read_run(run, judged)
+    ranks = _relevant_ranks(retrieved, judged.rel_docs)
+    values = _measure_values(parsed, len(judged.query_ids), judged.rel_query, judged.rel_grade, ranks)
     result = RetrievalResult(
-        measures=names, scores=dict(zip(names, values.mean(axis=0).tolist(), strict=True)), query_ids=query_ids,
-        values=values, excluded=excluded, unjudged=unjudged, missing=missing, include_per_query=per_query,
+        measures=names, scores=dict(zip(names, values.mean(axis=0).tolist(), strict=True)),
+        query_ids=judged.query_ids, values=values, excluded=judged.excluded, unjudged=unjudged,
+        missing=retrieved.missing, include_per_query=per_query,
     )  # fmt: skip
     if groups is not None:
         _add_groups(result, groups)
     return result
 
 
-def _check_id(value: Any, what: str, error: type[RetrievalInputError], where: str = "") -> None:
-    if not isinstance(value, str):
-        raise error(f"{where}{what} must be a string, got {value!r} ({type(value).__name__})")
+def _order_bits(scores: np.ndarray) -> np.ndarray:
+    """32-bit float scores as uint32 in the same order (``-0.0`` and ``0.0`` alike): a negative float's magnitude
+    bits are flipped, then the sign bit, so that unsigned comparison follows float comparison."""
+    bits = (scores + np.float32(0)).view(np.int32)  # adding 0 turns -0.0 into 0.0
+    flip = bits >> 31  # -1 for negative floats, else 0
+    flip &= np.int32(0x7FFFFFFF)
+    bits ^= flip
+    bits ^= np.int32(-(2**31))
+    return bits.view(np.uint32)
 
 
-def _grade(value: Any, qid: str, doc: str) -> int:
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real) and float(value).is_integer():
-        return int(value)
-    raise QrelsError(f"query {qid!r}: grade of document {doc!r} must be an integer, got {value!r}")
+def _sort_keys(segment: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """uint64 keys ordered by segment, then by 32-bit score: the segment in the high 32 bits."""
+    keys = segment.astype(np.uint64)
+    keys <<= np.uint64(32)
+    keys |= _order_bits(scores)
+    return keys
 
 
-def _read_qrels(qrels: Mapping[str, Judgments]) -> tuple[list[str], list[str], np.ndarray, list[str], list[int]]:
-    """Validate the judgments; return scored ids, excluded ids and the relevant (query, doc, grade) triples."""
-    query_ids: list[str] = []
-    excluded: list[str] = []
-    counts: list[int] = []
-    docs: list[str] = []
-    grades: list[int] = []
-    for qid, judged in qrels.items():
-        _check_id(qid, "query id", QrelsError, "qrels: ")
-        if isinstance(judged, Mapping):
-            items: Any = judged.items()
-        elif isinstance(judged, (list, tuple)):
-            if len(set(judged)) != len(judged):
-                raise QrelsError(f"query {qid!r}: a relevant document is listed twice in the qrels")
-            items = zip(judged, [1] * len(judged), strict=True)
-        else:
-            raise QrelsError(f"query {qid!r}: judgments must be a dict of doc id to grade or a list of doc ids, "
-                             f"got {type(judged).__name__}")  # fmt: skip
-        before = len(docs)
-        for doc, grade in items:
-            _check_id(doc, "doc id", QrelsError, f"qrels of query {qid!r}: ")
-            grade = grade if type(grade) is int else _grade(grade, qid, doc)
-            if grade > 0:
-                docs.append(doc)
-                grades.append(grade)
-        if len(docs) > before:
-            query_ids.append(qid)
-            counts.append(len(docs) - before)
-        else:
-            excluded.append(qid)
-    rel_query = np.repeat(np.arange(len(query_ids), dtype=np.int64), counts)
-    return query_ids, excluded, rel_query, docs, grades
-
-
-def _relevant_ranks(run: Mapping[str, Ranking], query_ids: list[str], rel_query: np.ndarray,
-                    rel_docs: list[str]) -> tuple[np.ndarray, list[str]]:
+def _relevant_ranks(retrieved: Retrieved, rel_docs: list[str]) -> np.ndarray:
     """0-based rank of every relevant document in its query's ranking (inf when not retrieved).
 
-    Only relevant documents are located: for scored rankings, rank = number of documents with a higher
-    score + number of tied documents with a greater doc id, counted with vectorised comparisons.
+    In a scored ranking: documents of the ranking with a higher 32-bit score, found by one sort of all scored
+    documents keyed by (segment, score) and two binary searches per relevant document, plus tied documents
+    with a greater doc id, counted by :func:`_count_ahead` for the relevant documents that have ties only.
     """
+    r = retrieved
     ranks = np.full(len(rel_docs), np.inf)
-    starts = np.searchsorted(rel_query, np.arange(len(query_ids) + 1)).tolist()
-    missing: list[str] = []
-    scores: list[Any] = []  # every score of every scored (dict) ranking, flattened
-    docs: list[Any] = []  # the matching doc ids
-    seg_qids: list[str] = []
-    seg_bounds: list[int] = [0]
-    # relevant documents found in scored rankings: index into rel_docs, segment number, score, doc id
-    # (parallel lists of atoms rather than tuples, so that the garbage collector stays idle)
-    found: list[int] = []
-    found_seg: list[int] = []
-    found_score: list[Any] = []
-    found_doc: list[str] = []
-    listed: list[int] = []  # relevant documents found in ranked lists: index into rel_docs, rank
-    listed_rank: list[int] = []
-    for qi, qid in enumerate(query_ids):
-        ranking = run.get(qid)
-        if ranking is not None and not isinstance(ranking, (Mapping, list, tuple)):
-            raise RunError(f"query {qid!r}: ranking must be a dict of doc id to score or a list of doc ids, "
-                           f"got {type(ranking).__name__}")  # fmt: skip
-        if not ranking:
-            missing.append(qid)
-            continue
-        if isinstance(ranking, Mapping):
-            scores.extend(ranking.values())
-            docs.extend(ranking)
-            seg_qids.append(qid)
-            seg_bounds.append(len(scores))
-            for ri in range(starts[qi], starts[qi + 1]):
-                doc = rel_docs[ri]
-                if doc in ranking:
-                    found.append(ri)
-                    found_seg.append(len(seg_qids) - 1)
-                    found_score.append(ranking[doc])
-                    found_doc.append(doc)
-        else:
-            if not all(type(doc) is str for doc in ranking):
-                bad = next(doc for doc in ranking if not isinstance(doc, str))
-                raise RunError(f"query {qid!r}: doc id must be a string, got {bad!r} ({type(bad).__name__})")
-            members = set(ranking)
-            if len(members) != len(ranking):
-                raise RunError(f"query {qid!r}: the ranked list has duplicate doc ids")
-            for ri in range(starts[qi], starts[qi + 1]):
-                if rel_docs[ri] in members:
-                    listed.append(ri)
-                    listed_rank.append(ranking.index(rel_docs[ri]))
-    ranks[listed] = listed_rank
-    if scores:
-        bounds = np.asarray(seg_bounds)
-        flat = _check_scores(scores, docs, seg_qids, bounds)
-        if found:
-            seg = np.asarray(found_seg)
-            ranks[found] = _count_ahead(flat, docs, bounds[seg], bounds[seg + 1] - bounds[seg],
-                                        as_trec_scores(found_score), found_doc)  # fmt: skip
-    return ranks, missing
-
-
-def _check_scores(scores: list[Any], docs: list[Any], seg_qids: list[str], bounds: np.ndarray) -> np.ndarray:
-    """Scores as float64; RunError naming the query for non-numeric or NaN scores and non-string doc ids."""
-
-    def owner(position: int) -> str:
-        return seg_qids[int(np.searchsorted(bounds, position, side="right")) - 1]
-
-    if set(map(type, docs)) != {str}:
-        position = next(i for i, doc in enumerate(docs) if not isinstance(doc, str))
-        bad = docs[position]
-        raise RunError(f"query {owner(position)!r}: doc id must be a string, got {bad!r} ({type(bad).__name__})")
-    flat = np.asarray(scores)
-    if flat.dtype.kind not in "biuf":
-        position = next(i for i, s in enumerate(scores) if isinstance(s, (str, bytes))
-                        or not isinstance(s, (numbers.Real, np.number)))  # fmt: skip
-        raise RunError(f"query {owner(position)!r}: score of document {docs[position]!r} must be a number, "
-                       f"got {scores[position]!r}")  # fmt: skip
-    flat = flat.astype(np.float64, copy=False)
-    nan = np.flatnonzero(np.isnan(flat))
-    if nan.size:
-        raise RunError(f"query {owner(int(nan[0]))!r}: score of document {docs[int(nan[0])]!r} is NaN")
-    return as_trec_scores(flat)
-
-
-def as_trec_scores(scores: Any) -> np.ndarray:
-    """Scores as trec_eval compares them: 32-bit floats (huge values become +-inf)."""
-    with np.errstate(over="ignore"):
-        return np.asarray(scores, dtype=np.float64).astype(np.float32)
+    ranks[r.listed] = r.listed_rank
+    if not r.found.size:
+        return ranks
+    sizes = np.diff(r.bounds)
+    keys = _sort_keys(np.repeat(np.arange(sizes.size), sizes), r.flat)
+    keys.sort()
+    own = _sort_keys(r.found_seg, r.found_score)
+    above = np.searchsorted(keys, own, side="right")
+    ahead = r.bounds[r.found_seg + 1] - above
+    tied = np.flatnonzero(above - np.searchsorted(keys, own, side="left") > 1)
+    if tied.size:
+        segs, which = np.unique(r.found_seg[tied], return_inverse=True)
+        lengths = sizes[segs]
+        starts = np.cumsum(lengths) - lengths
+        positions = np.arange(int(lengths.sum())) + np.repeat(r.bounds[segs] - starts, lengths)
+        docs = list(chain.from_iterable(r.rankings[s] for s in segs.tolist()))
+        own_doc = [rel_docs[i] for i in r.found[tied].tolist()]
+        ahead[tied] = _count_ahead(r.flat[positions], docs, starts[which], lengths[which], r.found_score[tied],
+                                   own_doc)  # fmt: skip
+    ranks[r.found] = ahead
+    return ranks
 
 
 def _count_ahead(flat: np.ndarray, docs: list[str], seg_start: np.ndarray, seg_len: np.ndarray,

@@ -9,15 +9,10 @@ from typing import Any
 import datasets
 import evaluate
 
-from .compute import (
-    DEFAULT_K_VALUES,
-    GroupsError,
-    QrelsError,
-    RetrievalInputError,
-    RunError,
-    measure_names,
-    score_run,
-)
+from .compute import DEFAULT_K_VALUES, measure_names, score_run
+
+# evaluate copies only the files this script imports itself (not compute.py's imports): keep inputs.py named here
+from .inputs import GroupsError, QrelsError, RetrievalInputError, RunError
 
 _CITATION = """\
 @misc{trec_eval,
