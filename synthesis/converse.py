@@ -87,7 +87,9 @@ def role_llm(spec: str | None, ctx: StageContext, concurrency: int) -> LLM:
     accounted in the stage's report. The stage's scheduler runs ``concurrency`` tasks over all its roles, so that is
     the bound the report states for requests in flight (not the sum over roles)."""
     ctx.llm_report.bound(concurrency)
-    return get_llm(spec, cache=DiskCache(ctx.out / CACHE_DIR), report=ctx.llm_report, max_concurrency=concurrency)
+    llm = get_llm(spec, cache=DiskCache(ctx.out / CACHE_DIR), report=ctx.llm_report, max_concurrency=concurrency)
+    llm.stop = ctx.stop  # a failing or interrupted stage stops its running conversations at their next call
+    return llm
 
 
 def check_spec(option: str, spec: str | None) -> None:
@@ -305,7 +307,7 @@ class Converse(ReadsCorpus, RecordStage):
 
         try:
             for convs, _ in overlap_shards(map(start, shards), lambda conv: self._converse(conv, ctx.seed, tick),
-                                           self.concurrency, catch=()):
+                                           self.concurrency, catch=(), stop=ctx.stop):
                 yield self._rows(convs)
         finally:
             bar.close()

@@ -241,7 +241,7 @@ class DVStage(RecordStage):
             except Drop as drop:
                 return Outcome(None, drop.reason, drop.counts, tokens)
 
-        for _, done in overlap_shards(shards, one, self.concurrency, catch=(LLMError,)):
+        for _, done in overlap_shards(shards, one, self.concurrency, catch=(LLMError,), stop=ctx.stop):
             yield self._rows(done)
 
     def process(self, batch: list[dict[str, Any]], ctx: StageContext) -> tuple[list[dict[str, Any]], Counter[str]]:

@@ -35,6 +35,7 @@ import fcntl
 import json
 import os
 import shutil
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -145,6 +146,8 @@ class StageContext:
     seed: int
     progress: bool = True
     llm_report: RunReport = field(default_factory=RunReport)
+    #: set when the stage is stopping; its LLM clients then send no new request (``synthesis.schedule``)
+    stop: threading.Event = field(default_factory=threading.Event)
 
     def stage_folder(self, name: str) -> Path:
         """Folder of an earlier stage of the same run; an error if that stage has not finished."""

@@ -106,7 +106,7 @@ class Polish(RecordStage):
 
         try:
             for _, done in overlap_shards(map(start, shards), lambda rec: self._polish(rec, tick), self.concurrency,
-                                          catch=()):
+                                          catch=(), stop=ctx.stop):
                 yield [conv for conv in done.results if conv is not None], Counter()
         finally:
             bar.close()

@@ -12,6 +12,7 @@ completion order.
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -51,12 +52,15 @@ class _Shard:
 
 
 def overlap_shards(shards: Iterable[list[I]], work: Callable[[I], R], concurrency: int, *,
-                   catch: tuple[type[BaseException], ...] = (LLMError,)
+                   catch: tuple[type[BaseException], ...] = (LLMError,), stop: threading.Event | None = None
                    ) -> Iterator[tuple[list[I], BatchResult[R]]]:
     """``(shard, results)`` for each shard of ``shards`` in order, ``work`` applied to every item in up to
     ``concurrency`` threads across shard boundaries (module docstring). Exceptions of the ``catch`` types are kept
     per item in the results; any other exception, and :class:`EndpointUnreachable` (a dead endpoint), stops the
-    run at once: items not started are never started, and the error propagates once the running ones returned."""
+    run at once: items not started are never started, ``stop`` is set (the stage's LLM clients then send no new
+    request, so a running item ends at its next call, raising :class:`~convrag.llm.types.RunStopped`), and the error
+    propagates once the running items returned. Ctrl-C (KeyboardInterrupt) or closing the generator early stops
+    the same way."""
 
     def one(item: I) -> tuple[R | None, BaseException | None]:
         try:
@@ -95,6 +99,8 @@ def overlap_shards(shards: Iterable[list[I]], work: Callable[[I], R], concurrenc
                 for future in done:
                     future.result()  # a fatal error stops the run here
         except BaseException:
+            if stop is not None:
+                stop.set()
             for future in running:
                 future.cancel()
             raise

@@ -375,3 +375,38 @@ def test_dv_items_keep_the_server_at_concurrency_across_shards(tmp_path: Path) -
     kept = list(read_records(tmp_path / "answer"))
     assert [r["id"] for r in kept] == [f"q{i:02d}" for i in range(24) if "nationality" not in questions[i]]
     assert len(list((tmp_path / "answer").glob("part-*"))) == 8
+
+
+@pytest.mark.parametrize("fatal", [RuntimeError("a corrupt shard"), KeyboardInterrupt()])
+def test_a_fatal_error_stops_the_running_chains_at_their_next_call(fatal: BaseException) -> None:
+    """8 chains of 10 calls (0.1 s each) on 8 threads; chain 0 fails fatally (an error the stage does not keep, or
+    Ctrl-C) after its second call. With the stop event the other chains send no new request after it: the run ends
+    within about one call's time of the failure, not after every chain played out its remaining turns (~0.8 s)."""
+    from convrag.llm import LLM, RetryPolicy, RunStopped
+    from convrag.llm.backends.fake import FakeBackend
+
+    llm = LLM(FakeBackend(responder=lambda messages: "ok", delay=0.1), cache=False, retry=RetryPolicy(max_retries=0),
+              max_concurrency=8)
+    stop = threading.Event()
+    llm.stop = stop
+    failed_at: list[float] = []
+    after: list[int] = []
+
+    def chain(n: int) -> int:
+        for call in range(10):
+            if n == 0 and call == 2:
+                failed_at.append(time.perf_counter())
+                raise fatal
+            llm.chat([{"role": "user", "content": f"chain {n} call {call}"}], use_cache=False)
+            if failed_at:
+                after.append(n)
+        return n
+
+    with pytest.raises(type(fatal)):
+        for _ in overlap_shards([list(range(8))], chain, 8, catch=(LLMError,), stop=stop):
+            pass
+    ended = time.perf_counter()
+    assert stop.is_set() and ended - failed_at[0] < 0.6
+    assert len(after) <= 7  # at most the call each other chain had in flight when chain 0 failed
+    with pytest.raises(RunStopped):  # and the client refuses new requests while the run is stopping
+        llm.chat([{"role": "user", "content": "one more"}], use_cache=False)

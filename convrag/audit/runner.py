@@ -18,9 +18,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from convrag.audit import mtr_eval, recor_judges
 from convrag.audit.items import AuditItem, AuditSet, conversations
 from convrag.audit.verdict import Verdict
 from convrag.errors import ConvragError
-from convrag.llm import LLM, BatchResult, DiskCache, LLMError, default_cache_dir, get_llm, run_batch
+from convrag.llm import LLM, BatchResult, DiskCache, LLMError, RunStopped, default_cache_dir, get_llm, run_batch
 from convrag.llm.backends.fake import FakeBackend
 from convrag.llm.report import FREE_BACKENDS, load_prices, price_for
 from convrag.llm.spec import parse_spec
@@ -135,8 +136,9 @@ def run_audit(audit_set: AuditSet, judges: Sequence[LLM], dimensions: Sequence[s
               negatives: int = 7, concurrency: int = 4, progress: bool = True, whole_pool: bool = True,
               profile: str = recor_judges.DEFAULT_PROFILE) -> AuditRun:
     """Run every judge over every unit, the judges at the same time (each with ``concurrency`` calls in flight, so
-    none waits for another's last calls); an endpoint that stays down stops the run (EndpointUnreachable) once the
-    other judges are done. Verdicts are kept in judge order, then unit order, whatever order the calls ended in."""
+    none waits for another's last calls); an endpoint that stays down stops the run (EndpointUnreachable): the other
+    judges send no new request (their clients' ``stop`` is set) and the run ends once their calls in flight return.
+    Verdicts are kept in judge order, then unit order, whatever order the calls ended in."""
     units = plan(audit_set, dimensions, seed=seed, negatives=negatives, whole_pool=whole_pool, profile=profile)
     result = AuditRun(audit_set)
     bars = []
@@ -144,15 +146,31 @@ def run_audit(audit_set: AuditSet, judges: Sequence[LLM], dimensions: Sequence[s
         with scope(audit_set.benchmark, llm.spec):  # e.g. "recor · openai:MODEL: judging labels"
             bars.append(tqdm(total=len(units), unit="call", disable=not progress, desc=label("judging labels")))
 
+    stop = threading.Event()
+
     def judge_all(n: int) -> BatchResult[list[Verdict] | None]:
         try:
             return run_batch(units, lambda u: u.call(judges[n]), concurrency, catch=(LLMError,),
                              on_result=lambda *_: bars[n].update())
+        except BaseException:
+            stop.set()  # the other judges send no new request
+            raise
         finally:
             bars[n].close()
 
-    with ThreadPoolExecutor(max_workers=max(1, len(judges))) as pool:
-        batches = list(pool.map(judge_all, range(len(judges))))
+    for llm in judges:
+        llm.stop = stop
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, len(judges))) as pool:
+            futures = [pool.submit(judge_all, n) for n in range(len(judges))]
+            wait(futures)
+    finally:
+        for llm in judges:
+            llm.stop = None
+    errors = [f.exception() for f in futures if f.exception() is not None]
+    if errors:  # the error that stopped the run, not the others' RunStopped
+        raise next((e for e in errors if not isinstance(e, RunStopped)), errors[0])
+    batches = [f.result() for f in futures]
     for n, (llm, done) in enumerate(zip(judges, batches, strict=True)):
         for i, unit in enumerate(units):
             if i in done.failures:  # a failure outside judge_call's own handling: counted, never scored

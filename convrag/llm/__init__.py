@@ -25,6 +25,7 @@ from convrag.llm.types import (
     LLMError,
     LLMFailure,
     Message,
+    RunStopped,
     SamplingParams,
     UnparsableReply,
     Usage,
@@ -33,7 +34,8 @@ from convrag.llm.types import (
 __all__ = [
     "LLM", "BackendError", "BackendSpec", "BatchResult", "Completion", "DiskCache", "EndpointUnreachable",
     "EnsembleResult", "JudgeEnsemble", "JudgeResult", "LLMError", "LLMFailure", "Message", "ParseError", "Parsed",
-    "Permutation", "PromptError", "PromptTemplate", "RetryPolicy", "RunReport", "SamplingParams", "UnparsableReply",
+    "Permutation", "PromptError", "PromptTemplate", "RetryPolicy", "RunReport", "RunStopped", "SamplingParams",
+    "UnparsableReply",
     "Usage", "ModelIdentity", "cache_key", "combine", "default_cache_dir", "describe", "describe_all",
     "extract_json", "get_llm", "is_placeholder",
     "json_schema_for", "list_prompts", "load_prompt", "parse_spec", "parse_structured", "permute", "run_batch",

@@ -35,6 +35,7 @@ from convrag.llm.types import (
     EndpointUnreachable,
     LLMFailure,
     Message,
+    RunStopped,
     SamplingParams,
     UnparsableReply,
     Usage,
@@ -133,6 +134,8 @@ class LLM:
         self._rng = random.Random(seed)
         self._rng_lock = threading.Lock()
         self.breaker = breaker
+        #: set by a scheduler that is stopping the run: no new request is sent (:class:`RunStopped` instead)
+        self.stop: threading.Event | None = None
         self._health_lock = threading.Lock()
         self._streak = 0  # connection-level call failures since the last success
         self._settled = 0  # calls that ended (answered or failed after retries)
@@ -181,6 +184,8 @@ class LLM:
         errors: list[str] = []
         retry = immediate = 0
         while True:
+            if self.stop is not None and self.stop.is_set():
+                raise RunStopped(f"{self.spec}: the run is stopping; no new request sent")
             self._suspect()
             t0 = time.perf_counter()
             try:

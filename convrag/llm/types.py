@@ -88,6 +88,11 @@ class UnparsableReply(LLMFailure):
     holds the last reply. Unlike other :class:`LLMFailure` s, the endpoint works: the call did not fail."""
 
 
+class RunStopped(BaseException):  # noqa: N818  (like KeyboardInterrupt: no handler of errors may swallow it)
+    """The run is stopping (another task failed fatally, or the user pressed Ctrl-C): a client whose ``stop`` event
+    is set raises it instead of sending a new request, so running tasks end at their next call."""
+
+
 class EndpointUnreachable(LLMFailure):
     """The client stopped calling an endpoint: its last ``failed`` calls all failed at the connection level
     (refused, timed out, HTTP 5xx) after their retries, with no success in between. Every later call raises it
