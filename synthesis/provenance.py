@@ -14,6 +14,7 @@ Record (JSON)::
                              whose params.json predates ``models`` gives
                              ``{"spec": <as given>, "model": null, "placeholder": null, "label": "not recorded ..."}``.
     placeholder: bool        some role ran on the embedded SmolLM2-135M placeholder
+    models_unknown: bool     some role's model was not recorded and may have been the placeholder
 
 Nothing in it depends on the time of the run, so a rerun that changes nothing writes the same bytes.
 
@@ -51,9 +52,16 @@ def _read_json(path: Path) -> Any:
 
 
 def _not_recorded(stage: str, params: dict[str, Any], role: str) -> dict[str, Any]:
+    """A role of a stage that ran before models were recorded: the spec as given (``default`` is the placeholder;
+    ``$CONVRAG_LLM or default`` cannot be resolved any more, so it may have been)."""
+    from convrag.llm.spec import is_placeholder
+
     typed = (params.get("params") or {}).get(role if role in (params.get("params") or {}) else "llm")
-    return {"spec": typed, "model": None, "endpoint": None, "placeholder": None,
-            "label": f"not recorded (stage {stage} ran before models were recorded; spec as given: {typed})"}
+    unknown = typed is None or "$CONVRAG_LLM" in str(typed)
+    placeholder = None if unknown else is_placeholder(str(typed))
+    maybe = "; it may have been the embedded placeholder" if unknown else ""
+    return {"spec": typed, "model": None, "endpoint": None, "placeholder": placeholder,
+            "label": f"not recorded (stage {stage} ran before models were recorded; spec as given: {typed}{maybe})"}
 
 
 def stage_models(out: Path, stages: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -81,16 +89,28 @@ RUNS = {"mtr": ("mtr-bench", "assemble", ("converse", "polish")),
         "recor-dv": ("recor", "release", ("align", "aspects", "facts", "turns"))}
 
 
+def _public_spec(spec: Any) -> Any:
+    """A spec without the server's address (cut before ``@``) and a local model's folders (its name only)."""
+    if not isinstance(spec, str):
+        return spec
+    kind, sep, target = spec.split("@")[0].partition(":")
+    if sep and kind.strip().lower() in ("hf", "transformers", "llamacpp", "gguf"):
+        target = os.path.basename(target.rstrip("/")) or target
+    return f"{kind}{sep}{target}"
+
+
 def _public(ident: dict[str, Any]) -> dict[str, Any]:
-    """A model identity as a published card may show it: the endpoint left out (a server's address is the run's
-    business, not the dataset's), the spec cut before ``@``."""
-    if not isinstance(ident, dict) or not ident.get("endpoint"):
+    """A model identity as a published card may show it: no server address and no local folder (the run's business,
+    not the dataset's; both stay in the local params.json)."""
+    if not isinstance(ident, dict):
         return ident
-    spec = str(ident.get("spec") or "").split("@")[0]
-    label = ident.get("label")
-    if label == ident.get("spec"):
-        label = f"{spec} (an OpenAI-compatible server)"
-    return {**ident, "spec": spec, "endpoint": None, "label": label}
+    spec, label = ident.get("spec"), ident.get("label")
+    public = _public_spec(spec)
+    if label == spec:
+        label = f"{public} (an OpenAI-compatible server)" if ident.get("endpoint") else public
+    elif isinstance(label, str) and isinstance(spec, str):
+        label = label.replace(spec, str(public))
+    return {**ident, "spec": public, "endpoint": None, "label": label}
 
 
 def make_record(*, pipeline: str, out: Path, stages: Sequence[str], corpus: str | None, seed: Any) -> dict[str, Any]:
@@ -100,7 +120,8 @@ def make_record(*, pipeline: str, out: Path, stages: Sequence[str], corpus: str 
     models = {role: _public(ident) for role, ident in stage_models(out, stages).items()}
     return {"pipeline": pipeline, "benchmark": RUNS[pipeline][0],
             "corpus": public_path(corpus) if corpus else None, "seed": seed, "models": models,
-            "placeholder": any(m.get("placeholder") is True for m in models.values())}
+            "placeholder": any(m.get("placeholder") is True for m in models.values()),
+            "models_unknown": any(m.get("placeholder") is None for m in models.values())}
 
 
 def run_record(folder: Path) -> dict[str, Any] | None:
@@ -164,7 +185,8 @@ def pretty_name(record: dict[str, Any]) -> str:
     """The card's ``pretty_name``: what was synthesized, from what, and a placeholder mark."""
     method, schema, _ = PIPELINES[record["pipeline"]]
     corpus = str(record.get("corpus") or "a user corpus").removeprefix("local:")
-    mark = " (placeholder LLM: not a benchmark)" if record.get("placeholder") else ""
+    mark = " (placeholder LLM: not a benchmark)" if record.get("placeholder") else \
+        " (models not recorded: possibly the placeholder LLM)" if record.get("models_unknown") else ""
     return f"Synthetic {schema}-style conversations over {corpus} ({method}){mark}"
 
 

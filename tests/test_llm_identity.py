@@ -32,3 +32,9 @@ def test_a_local_smollm2_file_is_the_placeholder_too_and_an_llm_object_is_descri
     assert not describe("hf:/models/Qwen2.5-7B-Instruct").placeholder
     assert describe(get_llm("fake")).model == "fake"
     assert [i.spec for i in describe_all(["fake", "fake;seed=3", "default"])] == ["fake", "default"]
+
+
+def test_credentials_written_into_the_url_are_left_out() -> None:
+    ident = describe("openai:m@https://user:tok123@gpu.example:8443/v1;timeout=9")
+    assert ident.endpoint == "https://gpu.example:8443/v1" and ident.spec == "openai:m@https://gpu.example:8443/v1"
+    assert "tok123" not in str(ident.to_dict())

@@ -154,10 +154,24 @@ def test_a_run_finished_before_synthesis_json_existed_still_builds_under_its_own
     header, body = _card(built)
     assert header["pretty_name"] == ("Synthetic MTR-Bench-style conversations over corpus.jsonl (MTR-Pipeline) "
                                      "(placeholder LLM: not a benchmark)")
-    spec = f"openai:{PLACEHOLDER_ID}@{server.url}"
+    spec = f"openai:{PLACEHOLDER_ID}"  # the server's address is not published
     assert ("questioner, responder: not recorded (stage converse ran before models were recorded; spec as given: "
-            f"{spec})") in body
+            f"{spec})") in body and server.url not in body and server.url not in json.dumps(header)
     assert "polisher: SmolLM2-135M-Instruct (embedded placeholder, not a measurement)" in body
+    # a folder whose agents were recorded as "$CONVRAG_LLM or default" (the case) cannot say which model
+    # wrote it any more: its card says it may have been the placeholder
+    for stage in ("converse", "polish"):
+        path = tmp_path / "syn" / stage / "params.json"
+        params = json.loads(path.read_text(encoding="utf-8"))
+        params.pop("models", None)
+        params["params"].update({k: "$CONVRAG_LLM or default" for k in ("questioner", "responder", "polisher")
+                                 if k in params["params"]})
+        write_json_atomic(path, params)
+    again = tmp_path / "again"
+    assert main(["build", "mtr-bench", "--source", str(tmp_path / "syn" / "assemble"), "--out", str(again)]) == 0
+    header, body = _card(again)
+    assert header["pretty_name"].endswith("(models not recorded: possibly the placeholder LLM)")
+    assert "it may have been the embedded placeholder" in body
 
 
 def test_dry_runs_name_the_model_of_each_stage_and_the_placeholder(tmp_path, capsys, monkeypatch) -> None:

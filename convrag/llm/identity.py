@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from convrag.llm.client import LLM
 from convrag.llm.spec import PLACEHOLDER_MODEL, SPEC_ENV, is_placeholder, parse_spec
@@ -43,6 +44,16 @@ class ModelIdentity:
         return {**asdict(self), "label": self.label}
 
 
+def _without_credentials(url: str) -> str:
+    """``url`` without a ``user:password@`` part (a key written into the URL is never written into outputs)."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    return urlunsplit(parts._replace(netloc=netloc + (f":{parts.port}" if parts.port else "")))
+
+
 def describe(spec: str | LLM | None = None) -> ModelIdentity:
     """The identity of ``spec`` (a spec string, an :class:`LLM`, or None for ``$CONVRAG_LLM`` / ``default``)."""
     if isinstance(spec, LLM):
@@ -54,6 +65,9 @@ def describe(spec: str | LLM | None = None) -> ModelIdentity:
     text = text.split(";")[0].strip()
     try:
         parsed = parse_spec(text)
+        if parsed.base_url:
+            clean = _without_credentials(parsed.base_url)
+            text, parsed.base_url = text.replace(parsed.base_url, clean), clean
     except LLMError:
         return ModelIdentity(spec=text, model=text, endpoint=None, placeholder=False)
     if parsed.kind == "default":
