@@ -6,6 +6,7 @@ Each subcommand has its own ``--help``. Errors in user input end with a one-line
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -307,7 +308,8 @@ def _generation_scheme(folder: Path) -> str | None:
 
 def cmd_synthesize(args: argparse.Namespace) -> int:
     """Run (or resume) a synthesis pipeline; ``--dry-run`` prints the estimates and writes nothing."""
-    from convrag.llm.spec import PLACEHOLDER_MODEL, REAL_MODEL_HINT, is_placeholder
+    from convrag.llm.backends.llamacpp import default_gguf_path
+    from convrag.llm.spec import PLACEHOLDER_MODEL, REAL_MODEL_HINT, SPEC_ENV, is_placeholder, parse_spec
     from convrag.progress import wanted
     from convrag.synthesis.engine import format_estimates, format_reports
     from convrag.synthesis.run_folder import check_run_folder, claim_run_folder, option_paths
@@ -349,6 +351,8 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
         print(f"Dry run of {pipeline.name} ({', '.join(s.name for s in pipeline.stages)}): nothing is written.")
         print(format_estimates(pipeline.estimate(args.out)))
         return 0
+    if any(parse_spec(options.get(r) or os.environ.get(SPEC_ENV) or "default").kind == "default" for r in roles):
+        default_gguf_path()  # the placeholder is needed: say what to install before any stage runs
     claim_run_folder(args.out, inputs, *folder)
     redo = [s.strip() for s in (args.redo or "").split(",") if s.strip()]
     reports = pipeline.run(args.out, redo=redo, progress=progress, on_note=lambda line: print(line, flush=True),

@@ -49,7 +49,13 @@ def test_default_without_the_placeholder_says_what_to_install(monkeypatch: pytes
     assert main(["audit", str(stratrag_first30), "--judge", "default", "--out", str(tmp_path / "audit"),
                  "--no-progress"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert lines == [f"convrag audit: error: {text}"]
+    assert lines == [f"convrag audit: error: {text}"] and not (tmp_path / "audit").exists()
+    # synthesize says it before any stage runs (curation and clustering would take minutes first)
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text('{"_id": "d1", "title": "T", "text": "Some text about a topic."}\n', encoding="utf-8")
+    assert main(["synthesize", "mtr", "--corpus", str(corpus), "--out", str(tmp_path / "syn"), "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"convrag synthesize: error: {text}"]
+    assert not (tmp_path / "syn").exists()
 
 
 @needs_placeholder

@@ -69,8 +69,9 @@ def run_command(args: argparse.Namespace) -> int:
               + (" The --missed relevance calls (one per pooled unlabelled document and per labelled document of "
                  "each turn) are not included." if args.missed else ""))
         return 0
+    check_not_input(out, args.folders)
+    judges = make_judges(specs, args.cache, args.concurrency)  # a judge that cannot be made leaves no --out behind
     claim_out(out, args.folders, "audit")
-    judges = make_judges(specs, args.cache, args.concurrency)
     progress = wanted(args.no_progress)
     runs = [run_audit(s, judges, dimensions, seed=args.seed, negatives=args.negatives, whole_pool=whole_pool,
                       concurrency=args.concurrency, progress=progress, profile=profile) for s in sets]
