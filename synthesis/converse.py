@@ -208,6 +208,9 @@ class Converse(ReadsCorpus, RecordStage):
                 **{f"responder_{k}": v for k, v in self.responder_options.items()}, "shard_size": self.shard_size,
                 "max_history_tokens": self.max_history_tokens}
 
+    #: options a folder of the previous version resumes with (named in the error when it is resumed without them)
+    legacy_options: dict[str, Any] = {"max_history_tokens": 0}
+
     def legacy_params(self) -> dict[str, Any] | None:
         """Without a history budget, the parameters as versions before ``max_history_tokens`` wrote them (their
         prompts had no budget either)."""

@@ -284,8 +284,12 @@ class Pipeline:
                 if legacy["params"] is not None and set(old.get("params") or {}) == set(legacy["params"]):
                     new = legacy  # a folder of the previous version: name the differences in its own keys
                 flat_new = {"seed": new["seed"], **new["params"]}
-                raise ConvragError(f"{out / stage.name}: made with other parameters ({_diff(flat_old, flat_new)}); "
-                                   f"rerun with the same ones, use another --out, or give --redo {stage.name}")
+                older = {k: v for k, v in getattr(stage, "legacy_options", {}).items()
+                         if k not in (old.get("params") or {})}
+                hint = (f"; it was written before {', '.join(older)} existed: add "
+                        + " ".join(f"--option {k}={v}" for k, v in older.items()) + " to resume it") if older else ""
+                raise ConvragError(f"{out / stage.name}: made with other parameters ({_diff(flat_old, flat_new)})"
+                                   f"{hint}; rerun with the same ones, use another --out, or give --redo {stage.name}")
 
     def input_files(self) -> list[str]:
         """Every file outside OUT that the stages read (an error naming it when it is missing)."""

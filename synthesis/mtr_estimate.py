@@ -92,8 +92,12 @@ class TurnModel:
         return min(turn - 1, int(self.budget // self.turn_tokens))
 
     def prompt(self, turn: int) -> float:
-        """Prompt tokens of one call at ``turn`` (1-based)."""
-        return self.first if turn == 1 else self.second + (self.shown(turn) - 1) * self.growth
+        """Prompt tokens of one call at ``turn`` (1-based); a later turn whose budget holds no earlier turn shows
+        none, as turn 1 does, but with the later turns' instructions (``second - growth``, never below ``first``)."""
+        if turn == 1:
+            return self.first
+        shown = self.shown(turn)
+        return self.second + (shown - 1) * self.growth if shown else max(self.first, self.second - self.growth)
 
     def total(self, first_turn: int, last_turn: int) -> float:
         """Prompt tokens of the calls at turns ``first_turn``..``last_turn`` of one conversation."""

@@ -140,6 +140,21 @@ def test_a_model_changed_through_convrag_llm_is_refused_and_older_folders_resume
         write_json_atomic(path, params)
     assert run(REAL_ID, server.url) == 0
     assert capsys.readouterr().out.count("(finished earlier, not rerun)") == 5 and len(server.requests) == calls
+    # a converse folder written before max_history_tokens existed: the error says how to resume it, and that works
+    path = tmp_path / "syn" / "converse" / "params.json"
+    params = json.loads(path.read_text(encoding="utf-8"))
+    del params["params"]["max_history_tokens"]
+    write_json_atomic(path, params)
+    inputs = json.loads((tmp_path / "syn" / "inputs.json").read_text(encoding="utf-8"))
+    for stage in ("converse", "polish", "assemble"):  # fingerprinted as then: without the key (here: not at all)
+        inputs["stages"].pop(stage, None)
+    write_json_atomic(tmp_path / "syn" / "inputs.json", inputs)
+    assert run(REAL_ID, server.url) == 2
+    assert ("it was written before max_history_tokens existed: add --option max_history_tokens=0 to resume it"
+            in capsys.readouterr().err)
+    monkeypatch.setenv("CONVRAG_LLM", _spec(REAL_ID, server.url))
+    assert main(["synthesize", "mtr", "--corpus", str(corpus), "--out", str(tmp_path / "syn"), *SMALL,
+                 "--option", "max_history_tokens=0"]) == 0 and len(server.requests) == calls
 
 
 def test_a_run_finished_before_synthesis_json_existed_still_builds_under_its_own_name(tmp_path, server) -> None:
