@@ -1,6 +1,6 @@
 """Speed of the curation stage (``Curate``) on datatrove's local executor vs a plain single-process loop.
 
-Corpus: ``--docs`` synthetic Wikipedia-like documents (default 100,000), seeded, written as ``--files`` JSONL
+Corpus: ``--docs`` synthetic Wikipedia-like documents per size (default 2,000 and 20,000), seeded, as ``--files`` JSONL
 files (default 8, consecutive blocks; the reader deals files to tasks round-robin). A document is a title and
 2-8 paragraphs; sentences are Zipf-drawn words (exponent 0.95) of a 50,000-word vocabulary (the shared
 HotpotQA sample's words when present, then made-up words), so two unrelated chunks have a character 5-gram
@@ -8,45 +8,49 @@ Jaccard of about 0.04 (MTRAG's cited passages: 0.035). Most documents give 1-3 c
 characters, some none. About 20% end in a "References" / "See also" tail, about 4% carry a list of short
 bullet lines (for the quality rules) and about 5% are near-copies of an earlier document, 2-6 words changed.
 
-Timed (wall clock, own output folder each, the stage's defaults except ``--minhash-mode``): ``engine 8x1``,
-``Pipeline("mtr", [Curate(src, tasks=8, workers=1)])``; ``engine 8x2``, the same with 2 worker processes (the
-dedup pipeline is one task either way); ``plain loop``, the same steps in one process and one pass: read ->
-boilerplate cut -> chunking -> MinHash -> greedy keep-first near-duplicate check -> heuristic scorer -> Parquet.
+Timed, each in a fresh child process with its own output folder (``SETUPS``, the stage's defaults otherwise):
+``ours 1x1``, ``Pipeline("mtr", [Curate(src)])`` (1 task, 1 worker: what ``synthesize mtr`` runs by default);
+``ours 8x2``, ``Curate(src, tasks=8, workers=2)`` (in this process below the stage's ``in_process_below``, 5,000
+documents; 2 worker processes above); ``pool 8x2``, the same with ``in_process_below=0`` (always 2 worker
+processes, forked from a fork server that preloads the heavy modules); ``plain loop``, the same steps in one process
+and one pass: read -> boilerplate cut -> chunking -> MinHash -> greedy keep-first near-duplicate check -> the
+stage's quality rules -> Parquet.
 
-Checked: the three keep the same chunk ids and count the same drops per reason (``StageReport.dropped`` vs
-the loop's counters); a difference is printed as MISMATCH. Printed: seconds, documents/s, chunks/s (chunks
-long enough to keep), speed-ups, CPU seconds, the time of each engine pipeline (from the executor's log
-files) and of each plain-loop step, load average, and peak RSS of this process and of its waited-for
-children (``getrusage``) plus the peak summed RSS of all descendants sampled with psutil every 0.2 s
-(datatrove's workers are children of its forkserver, so ``RUSAGE_CHILDREN`` misses them).
+Checked: all keep the same chunk ids and count the same drops per reason (``StageReport.dropped`` vs the loop's
+counters); a difference is printed as MISMATCH. Printed per size: seconds, documents/s, speed against the plain
+loop, CPU seconds and their ratio to the plain loop's, the time of each engine pipeline (from the executor's log
+files) and of each plain-loop step; at the end, the CPU ratios of every size. CPU seconds are those of the setup's
+whole process tree after its warm-up (LangChain import, the word tokenizer): this process makes itself the
+subreaper of its descendants (Linux ``PR_SET_CHILD_SUBREAPER``), so datatrove's fork server and worker processes,
+imports included, are waited for by it and counted in ``RUSAGE_CHILDREN``.
 
 Cost: ``--minhash-mode verified`` (the stage's default) screens every LSH candidate by its MinHash estimate and
 checks the likely ones with an exact Jaccard (``minhash_dedup.confirmed``, shared by the stage and the plain
 loop); its bands (42 x 3) make about 0.4% of the kept chunks candidates of each query here, and the screen keeps
 the exact checks to the few likely pairs (before it, dedup grew with the square of the corpus: 17 s at 2,000
-documents, on course for 11 hours at 100,000). ``authors`` mode checks nothing. ``--reuse DIR`` times the plain
-loop again over a finished work folder and compares it with the engine runs recorded there.
+documents, on course for 11 hours at 100,000). ``authors`` mode checks nothing.
 Not a test; run it by hand:
 
-    python benchmarks/bench_curation.py [--docs 100000] [--files 8] [--seed 0] [--out DIR] [--skip-plain]
-        [--minhash-mode verified|authors] [--reuse DIR]
+    python benchmarks/bench_curation.py [--docs 2000,20000] [--files 8] [--seed 0] [--out DIR]
+        [--minhash-mode verified|authors]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import os
 import platform
 import re
 import resource
 import shutil
+import subprocess
+import sys
 import tempfile
-import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,13 +65,21 @@ from convrag.synthesis.corpus_source import corpus_files, iter_file
 from convrag.synthesis.curate import Curate
 from convrag.synthesis.engine import Pipeline
 from convrag.synthesis.minhash_dedup import MODES, confirmed, recall_bands, signature
-from convrag.synthesis.quality import HeuristicScorer
+from convrag.synthesis.quality import HeuristicScorer, scorer_from_spec
 from convrag.synthesis.shards import shard_files
 
 HOTPOT = Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpotqa" / "hotpot_dev_distractor_v1.first30.json"
 ONSETS = ("b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "z", "br", "ch",
           "cl", "dr", "fl", "gr", "pl", "pr", "sh", "st", "th", "tr")
 VOWELS = ("a", "e", "i", "o", "u", "ai", "ea", "ie", "ou", "y")
+#: The timed setups of the stage (Curate options); the plain loop is timed last, as the reference.
+SETUPS: dict[str, dict[str, int]] = {
+    "ours 1x1": {},  # the stage's defaults: 1 task, 1 worker (what ``synthesize mtr`` runs unless told otherwise)
+    "ours 8x2": {"tasks": 8, "workers": 2},  # in this process below in_process_below documents, 2 workers above
+    "pool 8x2": {"tasks": 8, "workers": 2, "in_process_below": 0},  # always 2 worker processes
+}
+PLAIN = "plain loop"
+RESULT = "result.json"
 PLAIN_SCHEMA = pa.schema([(name, pa.int64() if name in ("chunk", "source_line") else pa.string()) for name in (
     "_id", "title", "text", "source_id", "chunk", "source_file", "source_line", "heuristic_quality")])
 
@@ -167,31 +179,37 @@ def write_corpus(rows: list[dict[str, str]], folder: Path, files: int) -> None:
                 handle.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
-@contextlib.contextmanager
-def watch_descendants(interval: float = 0.2) -> Iterator[dict[str, float]]:
-    """Sample all descendant processes every ``interval`` s (psutil). The yielded dict gets ``peak_rss`` (summed
-    RSS, bytes) and, on exit, ``cpu``: this process's CPU seconds plus every descendant's last-seen CPU seconds."""
-    import psutil
+def own_cpu() -> float:
+    """CPU seconds (user + system) of this process so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
-    stats, seen, stop, me, own = {"peak_rss": 0.0}, {}, threading.Event(), psutil.Process(), time.process_time()
 
-    def loop() -> None:
-        while not stop.wait(interval):
-            total = 0
-            for child in me.children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    total += child.memory_info().rss
-                    seen[child.pid] = sum(child.cpu_times()[:2])  # user + system
-            stats["peak_rss"] = max(stats["peak_rss"], total)
+def children_cpu() -> float:
+    """CPU seconds of every waited-for descendant so far (with this process a subreaper: all of them)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    try:
-        yield stats
-    finally:
-        stop.set()
-        thread.join()
-        stats["cpu"] = time.process_time() - own + sum(seen.values())
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux ``PR_SET_CHILD_SUBREAPER``), so that the CPU
+    of datatrove's fork server and of its worker processes ends up in ``RUSAGE_CHILDREN``; False where unsupported."""
+    with contextlib.suppress(OSError, AttributeError):
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+    return False
+
+
+def reap(deadline: float = 60.0) -> None:
+    """Wait for every orphan handed to this process (fork server, resource tracker) after a setup's child exits."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            time.sleep(0.05)
+    print(f"  (descendants still running after {deadline:.0f} s: their CPU time is missing)")
 
 
 @dataclass
@@ -206,16 +224,7 @@ class Result:
     dropped: dict[str, int]
     phases: dict[str, float] = field(default_factory=dict)
     cpu: float = 0.0
-    descendants_peak: int = 0
-
-
-def engine_result(out: Path, label: str) -> Result:
-    """A finished engine setup read back from its folder (``--reuse``): report, kept ids, phase times."""
-    report = json.loads((out / "curate" / "report.json").read_text(encoding="utf-8"))
-    shards = shard_files(out / "curate" / "corpus")
-    kept = {i for p in shards for i in pq.read_table(p, columns=["_id"]).column(0).to_pylist()}
-    return Result(label, report["seconds"], report["records_in"], int(report["figures"]["chunks"]), kept,
-                  dict(report["dropped"]), _phases(out))
+    peak_rss: int = 0
 
 
 def _phases(out: Path) -> dict[str, float]:
@@ -226,17 +235,17 @@ def _phases(out: Path) -> dict[str, float]:
     return phases
 
 
-def run_engine(src: Path, out: Path, tasks: int, workers: int, mode: str) -> Result:
-    """Time the Curate stage through the engine; phase times from the datatrove log folders' file times."""
-    stage = Curate(str(src), tasks=tasks, workers=workers, minhash_mode=mode)
-    with watch_descendants() as sampled:
-        start = time.perf_counter()
-        (report,) = Pipeline("mtr", [stage], seed=0).run(out, progress=False)
-        seconds = time.perf_counter() - start
+def run_engine(src: Path, out: Path, label: str, mode: str) -> Result:
+    """Time the Curate stage through the engine with ``SETUPS[label]``; phase times from the datatrove log folders."""
+    stage = Curate(str(src), minhash_mode=mode, **SETUPS[label])
+    start = time.perf_counter()
+    (report,) = Pipeline("mtr", [stage], seed=0).run(out, progress=False)
+    seconds = time.perf_counter() - start
     shards = shard_files(out / "curate" / "corpus")
     kept = {i for p in shards for i in pq.read_table(p, columns=["_id"]).column(0).to_pylist()}
-    return Result(f"engine {tasks}x{workers}", seconds, report.records_in, int(report.figures["chunks"]), kept,
-                  dict(report.dropped), _phases(out), sampled["cpu"], int(sampled["peak_rss"]))
+    label = f"{label} ({report.figures.get('execution', '?')})"
+    return Result(label, seconds, report.records_in, int(report.figures["chunks"]), kept, dict(report.dropped),
+                  _phases(out))
 
 
 def run_plain(src: Path, out: Path, mode: str) -> Result:
@@ -254,8 +263,9 @@ def run_plain(src: Path, out: Path, mode: str) -> Result:
         times[step] += now - clock[0]
         clock[0] = now
 
-    start, cpu = clock[0], time.process_time()
-    chunker, scorer = Chunker(), HeuristicScorer()
+    start = clock[0]
+    stage = Curate(str(src))  # the stage's defaults: its chunker settings and its (profile's) quality rules
+    chunker, scorer = stage.chunker, scorer_from_spec(stage.quality, stage.quality_options)
     verify = mode == "verified"
     lsh = MinHashLSH(threshold=0.5, num_perm=128, params=recall_bands(128, 0.5) if verify else None)
     texts: dict[str, str] = {}
@@ -314,8 +324,7 @@ def run_plain(src: Path, out: Path, mode: str) -> Result:
     writer.write_table(pa.Table.from_pylist(rows, schema=PLAIN_SCHEMA))
     writer.close()
     lap("write")
-    return Result("plain loop", time.perf_counter() - start, documents, chunks, kept, dict(dropped), dict(times),
-                  time.process_time() - cpu)
+    return Result("plain loop", time.perf_counter() - start, documents, chunks, kept, dict(dropped), dict(times))
 
 
 def compare(base: Result, other: Result) -> bool:
@@ -338,106 +347,96 @@ def compare(base: Result, other: Result) -> bool:
     return False
 
 
-def memory(label: str, descendants: int) -> None:
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
-    sampled = f", descendants sampled (sum) {descendants / 2**30:.2f} GiB" if descendants else ""
-    print(f"  after {label}: peak RSS parent {own:.2f} GiB, waited-for children {children:.2f} GiB{sampled}; "
-          f"load average (1 min) {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")  # fmt: skip
+def child(label: str, corpus: Path, out: Path, mode: str) -> None:
+    """``--child``: one setup in this (fresh) process; its result and its CPU time before the run go to a JSON file."""
+    # First-use costs (LangChain import, datatrove's word tokenizer) stay out of the timings.
+    HeuristicScorer().score(["Warm-up text for the word tokenizer of the quality rules."])
+    Chunker().split("warm up")
+    before = own_cpu()
+    r = run_plain(corpus, out, mode) if label == PLAIN else run_engine(corpus, out, label, mode)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    (out / RESULT).write_text(json.dumps({"label": r.label, "seconds": r.seconds, "documents": r.documents,
+                                          "chunks": r.chunks, "kept": sorted(r.kept), "dropped": r.dropped,
+                                          "phases": r.phases, "cpu_before": before, "peak_rss": peak}))
+
+
+def measure(label: str, corpus: Path, out: Path, mode: str) -> Result:
+    """Run one setup in a child process and return its result with the CPU time of its whole process tree (the child
+    after its warm-up, datatrove's fork server and worker processes; see ``become_subreaper``)."""
+    before = children_cpu()
+    subprocess.run([sys.executable, __file__, "--child", label, "--corpus", str(corpus), "--out", str(out),
+                    "--minhash-mode", mode], check=True)
+    reap()
+    data = json.loads((out / RESULT).read_text())
+    return Result(data["label"], data["seconds"], data["documents"], data["chunks"], set(data["kept"]),
+                  data["dropped"], data["phases"], children_cpu() - before - data["cpu_before"], data["peak_rss"])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--docs", type=int, default=100_000)
+    parser.add_argument("--docs", default="2000,20000", help="corpus sizes, comma-separated (default 2000,20000)")
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="work folder (new or empty; default a temp folder)")
-    parser.add_argument("--skip-plain", action="store_true", help="time the engine only")
     parser.add_argument("--minhash-mode", choices=MODES, default="verified", help="the stage's minhash_mode")
-    parser.add_argument("--reuse", type=Path, default=None,
-                        help="a finished work folder: keep its corpus and engine runs (their recorded seconds), time "
-                             "only the plain loop again (CPU s and RSS of the engine runs are then not shown)")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--corpus", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.reuse is not None:
-        reuse(args.reuse, args.minhash_mode)
+    if args.child is not None:
+        child(args.child, args.corpus, args.out, args.minhash_mode)
         return
     if args.out is not None and args.out.exists() and any(args.out.iterdir()):
         raise SystemExit(f"--out {args.out}: not empty; give a new or empty folder")
     work = args.out or Path(tempfile.mkdtemp(prefix="bench_curation_"))
     work.mkdir(parents=True, exist_ok=True)
+    reaper = become_subreaper()
     print(f"python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs; work folder {work}; "
-          f"load average (1 min) {os.getloadavg()[0]:.2f}")  # fmt: skip
-
-    t = time.perf_counter()
-    rows = build(args.docs, args.seed)
-    write_corpus(rows, work / "corpus", args.files)
-    chars = sum(len(r["text"]) for r in rows)
-    print(f"corpus: {len(rows):,} documents in {args.files} JSONL files, {chars:,} characters of text "
-          f"(mean {chars / len(rows):,.0f} per document); built in {time.perf_counter() - t:.1f} s; "
-          f"minhash_mode={args.minhash_mode}")  # fmt: skip
-    del rows
-
-    # First-use costs (LangChain import, datatrove's word tokenizer) stay out of the timings.
-    HeuristicScorer().score(["Warm-up text for the word tokenizer of the quality rules."])
-    Chunker().split("warm up")
-
-    results: list[Result] = []
-    for tasks, workers in ((8, 1), (8, 2)):
-        results.append(run_engine(work / "corpus", work / f"engine-{tasks}x{workers}", tasks, workers,
-                                  args.minhash_mode))
-        print(f"{results[-1].label}: {results[-1].seconds:.1f} s", flush=True)
-        memory(results[-1].label, results[-1].descendants_peak)
-    if not args.skip_plain:
-        results.append(run_plain(work / "corpus", work / "plain", args.minhash_mode))
-        print(f"{results[-1].label}: {results[-1].seconds:.1f} s", flush=True)
-        memory(results[-1].label, 0)
-
-    report(results, args.skip_plain)
+          f"load average (1 min) {os.getloadavg()[0]:.2f}; minhash_mode={args.minhash_mode}; CPU of worker processes "
+          f"{'counted (subreaper)' if reaper else 'NOT counted (no PR_SET_CHILD_SUBREAPER here)'}")  # fmt: skip
+    ratios: list[str] = []
+    for size in (int(n) for n in args.docs.split(",")):
+        t = time.perf_counter()
+        rows = build(size, args.seed)
+        corpus = work / f"corpus-{size}"
+        write_corpus(rows, corpus, args.files)
+        chars = sum(len(r["text"]) for r in rows)
+        print(f"\ncorpus: {len(rows):,} documents in {args.files} JSONL files, {chars:,} characters of text "
+              f"(mean {chars / len(rows):,.0f} per document); built in {time.perf_counter() - t:.1f} s")  # fmt: skip
+        del rows
+        results = []
+        for label in (*SETUPS, PLAIN):
+            results.append(measure(label, corpus, work / f"{size}-{label.replace(' ', '-')}", args.minhash_mode))
+            print(f"{results[-1].label}: {results[-1].seconds:.1f} s, {results[-1].cpu:.1f} CPU s "
+                  f"(load average {os.getloadavg()[0]:.2f})", flush=True)
+        report(results)
+        plain = results[-1]
+        ratios.append(f"{size:,} documents: " + ", ".join(f"{r.label.split(' (')[0]} x{r.cpu / plain.cpu:.2f}"
+                                                             for r in results[:-1]))
+    print("\nCPU ratio (setup's CPU s / plain loop's CPU s):\n  " + "\n  ".join(ratios))
     if args.out is None:
         shutil.rmtree(work)
 
 
-def reuse(work: Path, mode: str) -> None:
-    """``--reuse``: the plain loop again over ``work``'s corpus, compared with its recorded engine runs."""
-    results = [engine_result(work / f"engine-8x{w}", f"engine 8x{w}") for w in (1, 2)]
-    for r in results:
-        print(f"{r.label}: {r.seconds:.1f} s (recorded in {work})")
-    shutil.rmtree(work / "plain", ignore_errors=True)
-    HeuristicScorer().score(["Warm-up text for the word tokenizer of the quality rules."])
-    Chunker().split("warm up")
-    print(f"plain loop over {work / 'corpus'} (minhash_mode={mode}); load average (1 min) {os.getloadavg()[0]:.2f}",
-          flush=True)
-    results.append(run_plain(work / "corpus", work / "plain", mode))
-    print(f"{results[-1].label}: {results[-1].seconds:.1f} s", flush=True)
-    memory(results[-1].label, 0)
-    report(results, False)
-
-
-def report(results: list[Result], skip_plain: bool) -> None:
-    """Agreement, the speed table and the time breakdown of the setups (the plain loop last unless skipped)."""
+def report(results: list[Result]) -> None:
+    """Agreement, the speed table and the time breakdown of the setups (the plain loop last)."""
     base = results[-1]
-    print(f"\nagreement (against {base.label}):")
+    print(f"agreement (against {base.label}):")
     agree = [compare(base, other) for other in results[:-1]]
     print(f"  documents {base.documents:,}, chunks {base.chunks:,}, kept {len(base.kept):,}; drops per reason "
           f"({base.label}): {json.dumps(dict(sorted(base.dropped.items())))}")  # fmt: skip
     if not all(agree):
         print("  !!! THE SETUPS DISAGREE (see MISMATCH above) !!!")
-
-    plain = None if skip_plain else results[-1]
-    print(f"\n{'setup':12s} {'seconds':>8s} {'docs/s':>7s} {'chunks/s':>8s} {'vs plain':>8s} {'2w vs 1w':>8s} "
-          f"{'CPU s':>7s} {'CPU/wall':>8s}")  # fmt: skip
+    width = max(len(r.label) for r in results)
+    print(f"{'setup':{width}s} {'seconds':>8s} {'docs/s':>7s} {'vs plain':>8s} {'CPU s':>7s} {'CPU/plain':>9s} "
+          f"{'peak RSS':>9s}")  # fmt: skip
     for r in results:
-        vs_plain = f"x{plain.seconds / r.seconds:.2f}" if plain else "-"
-        vs_one = f"x{results[0].seconds / r.seconds:.2f}" if r.label == "engine 8x2" else "-"
-        print(f"{r.label:12s} {r.seconds:8.1f} {r.documents / r.seconds:7.0f} {r.chunks / r.seconds:8.0f} "
-              f"{vs_plain:>8s} {vs_one:>8s} {r.cpu:7.1f} {r.cpu / r.seconds:8.2f}")  # fmt: skip
-    print("vs plain = plain-loop seconds / setup seconds; 2w vs 1w = engine 8x1 seconds / engine 8x2 seconds;\n"
-          "CPU s = this process's CPU time plus the last sampled CPU time of every descendant process")
-
-    print("\ntime breakdown (s; engine: wall time of each datatrove pipeline, plain loop: time in each step):")
+        print(f"{r.label:{width}s} {r.seconds:8.1f} {r.documents / r.seconds:7.0f} x{base.seconds / r.seconds:7.2f} "
+              f"{r.cpu:7.1f} x{r.cpu / base.cpu:8.2f} {r.peak_rss / 2**20:6.0f} MB")  # fmt: skip
+    print("vs plain = plain-loop seconds / setup seconds; CPU s = CPU time of the setup's whole process tree after its "
+          "warm-up; peak RSS of the setup's main process")
+    print("time breakdown (s; engine: wall time of each datatrove pipeline, plain loop: time in each step):")
     for r in results:
-        print(f"  {r.label:12s} " + ", ".join(f"{k} {v:.1f}" for k, v in r.phases.items()))
-    memory("all runs", 0)
+        print(f"  {r.label:{width}s} " + ", ".join(f"{k} {v:.1f}" for k, v in r.phases.items()))
 
 
 if __name__ == "__main__":

@@ -577,7 +577,8 @@ def build_parser() -> argparse.ArgumentParser:
                        ("polisher", "rewrites follow-up questions casually")):
         p.add_argument(f"--{role}", metavar="SPEC", help=f"LLM spec of the model that {does} (default: $CONVRAG_LLM "
                                                           "or the embedded placeholder), e.g. openai:MODEL@URL")
-    p.add_argument("--concurrency", type=int, help="LLM requests in flight at once per agent batch (default 8)")
+    p.add_argument("--concurrency", type=int, help="LLM requests in flight at once: conversations (or items) worked "
+                   "on together, across shards (default 8)")
     p.add_argument("--tasks", type=int, help="datatrove tasks for curation (default 1; split big corpora in files)")
     p.add_argument("--workers", type=int, help="datatrove worker processes run at once (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")

@@ -7,7 +7,9 @@ paper's own description (Table 8 separators, ~1024-character documents) is avail
 
 Trim (authors' rule): a chunk ending in a blank line loses it; otherwise, if the text after the chunk's last
 blank line has at most ``dangling_tokens`` whitespace-separated tokens (a section heading left hanging), that
-tail is removed. A chunk is kept when its trimmed length is at least ``min_length`` characters.
+tail is removed. A chunk is kept when its trimmed length is at least ``min_length`` characters, except with
+``keep_whole``: a text the splitter leaves in one piece (it fits in ``chunk_size``) is then kept whatever its
+length (a passage of a passage-level corpus; see ``synthesis.curate``).
 Chunk ids are ``<document id>#<n>``, n counting every chunk of the document from 0 (dropped ones included).
 """
 
@@ -37,10 +39,12 @@ def trim_chunk(chunk: str, dangling_tokens: int = 5) -> str:
 
 
 class Chunker:
-    """Split texts into trimmed chunks; ``min_length`` defaults to ``chunk_size // 2``."""
+    """Split texts into trimmed chunks; ``min_length`` defaults to ``chunk_size // 2``; ``keep_whole`` lifts it for
+    a text that fits in one chunk."""
 
     def __init__(self, chunk_size: int = 2048, chunk_overlap: int = 0, min_length: int | None = None,
-                 separators: str | Sequence[str] = "authors", dangling_tokens: int = 5) -> None:
+                 separators: str | Sequence[str] = "authors", dangling_tokens: int = 5,
+                 keep_whole: bool = False) -> None:
         from langchain_text_splitters import RecursiveCharacterTextSplitter
 
         if chunk_size < 1 or chunk_overlap < 0 or chunk_overlap >= chunk_size:
@@ -53,16 +57,19 @@ class Chunker:
         self.chunk_size = chunk_size
         self.min_length = chunk_size // 2 if min_length is None else min_length
         self.dangling_tokens = dangling_tokens
+        self.keep_whole = keep_whole
         self.splitter = RecursiveCharacterTextSplitter(
             separators=list(separators), chunk_size=chunk_size, chunk_overlap=chunk_overlap,
             length_function=len, is_separator_regex=False)
 
     def split(self, text: str) -> list[tuple[int, str | None]]:
-        """(chunk number, trimmed chunk or None when it is shorter than ``min_length``) for every chunk."""
+        """(chunk number, trimmed chunk or None when it is dropped as shorter than ``min_length``) for every chunk."""
+        pieces = self.splitter.split_text(text)
+        whole = self.keep_whole and len(pieces) == 1
         out: list[tuple[int, str | None]] = []
-        for n, piece in enumerate(self.splitter.split_text(text)):
+        for n, piece in enumerate(pieces):
             chunk = trim_chunk(piece, self.dangling_tokens)
-            out.append((n, chunk if len(chunk) >= self.min_length else None))
+            out.append((n, chunk if whole or len(chunk) >= self.min_length else None))
         return out
 
 
@@ -87,5 +94,7 @@ class ChunkingStep(PipelineStep):
                     self.stat_update("dropped:chunk_too_short")
                     continue
                 self.stat_update("chunks")
+                if len(chunk) < self.chunker.min_length:
+                    self.stat_update("kept_whole")  # a short passage kept by keep_whole
                 yield Document(text=chunk, id=f"{doc.id}#{n}",
                                metadata={**doc.metadata, "source_id": doc.id, "chunk": n})

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from convrag.cli import main
 from convrag.errors import ConvragError, DataError
 from convrag.synthesis.boilerplate import cut_tail
 from convrag.synthesis.chunking import Chunker, trim_chunk
@@ -19,6 +20,7 @@ from convrag.synthesis.curate import Curate
 from convrag.synthesis.engine import Pipeline
 from convrag.synthesis.shards import iter_shard, shard_files
 from convrag.synthesis.text import ngram_jaccard, shingles
+from tests.conftest import DATA
 
 _LETTERS = random.Random(0)
 #: 3,000 pseudo-words, so that unrelated texts share few character 5-grams (as real prose does).
@@ -228,20 +230,100 @@ def test_authors_mode_drops_every_lsh_candidate_unchecked(tmp_path: Path) -> Non
             assert min(pairs) < 0.5  # a collision below the threshold, dropped unchecked
 
 
-def test_output_does_not_depend_on_tasks_and_workers(tmp_path: Path) -> None:
+def test_in_process_and_worker_pool_give_identical_output(tmp_path: Path) -> None:
+    """Below ``in_process_below`` the tasks run in this process whatever ``workers`` says; forcing the worker pool
+    (``in_process_below=0``) on the same corpus gives the same chunks, order, ids, columns and report counts."""
     rng = random.Random(5)
+    (tmp_path / "src").mkdir()
     for f in range(3):
-        _write_jsonl(tmp_path / "src" / f"{f}.jsonl" if (tmp_path / "src").exists() else
-                     (tmp_path / "src").mkdir() or tmp_path / "src" / f"{f}.jsonl",
-                     [{"_id": f"f{f}d{i}", "text": _article(rng, rng.randint(1, 5), 600)} for i in range(8)])
+        docs = [{"_id": f"f{f}d{i}", "text": _article(rng, rng.randint(1, 5), 600)} for i in range(8)]
+        docs.append({"_id": f"f{f}copy", "text": docs[0]["text"]})  # a near-duplicate in every file
+        _write_jsonl(tmp_path / "src" / f"{f}.jsonl", docs)
     # the made-up articles fail Gopher's stop-word rule: without the quality filters something is kept to compare
-    lenient = {"quality_options": {"gopher": False, "fineweb": False}}
-    one = _run(tmp_path / "src", tmp_path / "one", chunk_size=1024, **lenient)[0]
-    three = _run(tmp_path / "src", tmp_path / "three", chunk_size=1024, tasks=3, workers=2, **lenient)[0]
-    assert one.records_out > 0 and _corpus(tmp_path / "one") == _corpus(tmp_path / "three")
-    assert (one.records_in, one.records_out, one.dropped) == (three.records_in, three.records_out, three.dropped)
-    assert [p.name for p in shard_files(tmp_path / "three" / "curate" / "corpus")] == [
+    lenient = {"chunk_size": 1024, "quality_options": {"gopher": False, "fineweb": False}}
+    setups = {"one": {}, "asked": {"tasks": 3, "workers": 2}, "pool": {"tasks": 3, "workers": 2, "in_process_below": 0}}
+    runs = {name: _run(tmp_path / "src", tmp_path / name, **lenient, **options)[0] for name, options in setups.items()}
+    assert [runs[n].figures.pop("execution") for n in runs] == ["in this process", "in this process",
+                                                                "2 worker processes"]
+    rows = _corpus(tmp_path / "one")
+    assert runs["one"].records_out == len(rows) > 0 and runs["one"].dropped["near_duplicate"] >= 3
+    for name in ("asked", "pool"):
+        assert _corpus(tmp_path / name) == rows  # same rows, same order, every column
+        assert (runs[name].records_in, runs[name].records_out, runs[name].dropped, runs[name].figures) == (
+            runs["one"].records_in, runs["one"].records_out, runs["one"].dropped, runs["one"].figures)
+        drops = tmp_path / name / "curate" / "dedup" / "near_duplicates.parquet"
+        assert pq.read_table(drops).to_pylist() == pq.read_table(
+            tmp_path / "one" / "curate" / "dedup" / "near_duplicates.parquet").to_pylist()
+    assert [p.name for p in shard_files(tmp_path / "pool" / "curate" / "corpus")] == [
         "00000.parquet", "00001.parquet", "00002.parquet"]
+    assert len(list((tmp_path / "pool" / "curate" / "_datatrove" / "chunk-3tasks" / "completions").iterdir())) == 3
+
+
+def _mtrag_passages(path: Path, n: int = 300) -> Path:
+    """The first ``n`` MTRAG cited passages by ``<domain>:<document id>`` (the order of the built cited corpus), read
+    from the shared conversations file and written as JSONL."""
+    conversations = json.loads((DATA / "mtrag" / "mtrag-human" / "conversations" / "conversations.json").read_text(
+        encoding="utf-8"))
+    passages: dict[str, dict] = {}
+    for conversation in conversations:
+        domain = conversation["domain"].split("-")[2]
+        for message in conversation["messages"]:
+            for context in message.get("contexts") or []:
+                if context.get("text"):
+                    passages.setdefault(f"{domain}:{context['document_id']}", context)
+    ids = sorted(passages)[:n]
+    return _write_jsonl(path, [{"_id": i, "title": passages[i].get("title") or "", "text": passages[i]["text"]}
+                               for i in ids])
+
+
+def test_a_passage_level_corpus_is_kept_whole_and_said_before_work(tmp_path: Path, capsys) -> None:
+    """Issue 34: 300 MTRAG passages with the defaults. 239 are shorter than min_length (1,024 characters), so the
+    corpus is passage-level: they are kept whole (the article rule dropped 247 chunks and kept 59 passages); the
+    line saying so, with the count and the option, comes before the stage's own progress lines."""
+    source = _mtrag_passages(tmp_path / "mtrag300.jsonl")
+    out = tmp_path / "out"
+    assert main(["synthesize", "mtr", "--corpus", str(source), "--out", str(out), "--stages", "curate"]) == 0
+    printed = capsys.readouterr().out
+    line = "curate: 239 of 300 documents are shorter than min_length=1,024 characters (more than half: a passage-level"
+    assert line in printed and "--option corpus_level=article" in printed
+    assert printed.index(line) < printed.index("curate: chunk (1 task(s), 1 worker(s))")
+    report = json.loads((tmp_path / "out" / "curate" / "report.json").read_text())
+    assert (report["records_in"], report["records_out"]) == (300, 259)
+    assert report["figures"]["corpus_level"] == "passage" and report["figures"]["kept_whole"] == 239
+    assert report["figures"]["documents_below_min_length"] == 239
+    # the rest is counted: 8 short tails of passages over 2,048 characters, 41 below Gopher's rules (36 under 50 words)
+    assert report["dropped"] == {"chunk_too_short": 8, "heuristic:gopher_short_doc": 36,
+                                 "heuristic:gopher_enough_stop_words": 5}
+    params = json.loads((tmp_path / "out" / "curate" / "params.json").read_text())
+    assert params["params"]["corpus_level"] == "auto"
+    rows = _corpus(tmp_path / "out")
+    assert sum(len(r["text"]) < 1024 for r in rows) == 200 and all(r["_id"].endswith("#0") for r in rows[:5])
+    # the authors' rule on request: the same drop as in the issue, announced with the option that changes it
+    [article] = _run(source, tmp_path / "article", corpus_level="article")
+    assert (article.records_out, article.dropped["chunk_too_short"]) == (59, 247)
+    printed = capsys.readouterr().out
+    assert "of 300 documents are shorter than min_length=1,024 characters: the size rule drops them whole" in printed
+    assert "--option corpus_level=passage" in printed
+
+
+def test_an_article_corpus_still_gets_the_authors_size_rules(tmp_path: Path, capsys) -> None:
+    """Wikipedia-like articles (3-6 paragraphs of ~700 characters) and a few stubs: ``auto`` picks the article rules,
+    so the stubs and the short last pieces of articles are dropped as chunk_too_short, and the stubs are counted
+    before work."""
+    rng = random.Random(8)
+    docs = [{"_id": f"a{i}", "title": f"Article {i}", "text": _article(rng, rng.randint(3, 6))} for i in range(12)]
+    docs += [{"_id": f"stub{i}", "text": _prose(rng, 300)} for i in range(3)]
+    _write_jsonl(tmp_path / "wiki.jsonl", docs)
+    [report] = _run(tmp_path / "wiki.jsonl", tmp_path / "out", quality_options={"gopher": False, "fineweb": False})
+    assert report.figures["corpus_level"] == "article" and report.figures["kept_whole"] == 0
+    assert report.figures["documents_below_min_length"] == 3
+    assert "curate: 3 of 15 documents are shorter than min_length=1,024 characters" in capsys.readouterr().out
+    rows = _corpus(tmp_path / "out")
+    assert rows and all(1024 <= len(r["text"]) <= 2048 for r in rows)
+    assert not any(r["_id"].startswith("stub") for r in rows)
+    assert report.dropped["chunk_too_short"] > 3  # the stubs and short last pieces
+    assert Curate(str(tmp_path / "wiki.jsonl")).estimate(None).note.endswith(  # type: ignore[arg-type]
+        "corpus_level=article: 3 documents shorter than min_length=1,024, dropped whole")
 
 
 def test_a_duplicate_id_across_files_names_both_places(tmp_path: Path) -> None:
@@ -263,3 +345,5 @@ def test_bad_stage_options_fail_before_anything_runs(tmp_path: Path) -> None:
         Curate(str(tmp_path), minhash_mode="exact")
     with pytest.raises(ConvragError, match="minhash_threshold must be in"):
         Curate(str(tmp_path), minhash_threshold=0)
+    with pytest.raises(ConvragError, match="corpus_level must be one of auto, article, passage, got 'page'"):
+        Curate(str(tmp_path), corpus_level="page")
