@@ -241,7 +241,8 @@ class DVStage(RecordStage):
             except Drop as drop:
                 return Outcome(None, drop.reason, drop.counts, tokens)
 
-        for _, done in overlap_shards(shards, one, self.concurrency, catch=(LLMError,), stop=ctx.stop):
+        stop = ctx.stop if ctx is not None else None  # unit tests run a stage without a context
+        for _, done in overlap_shards(shards, one, self.concurrency, catch=(LLMError,), stop=stop):
             yield self._rows(done)
 
     def process(self, batch: list[dict[str, Any]], ctx: StageContext) -> tuple[list[dict[str, Any]], Counter[str]]:
