@@ -380,8 +380,8 @@ def test_dv_items_keep_the_server_at_concurrency_across_shards(tmp_path: Path) -
 @pytest.mark.parametrize("fatal", [RuntimeError("a corrupt shard"), KeyboardInterrupt()])
 def test_a_fatal_error_stops_the_running_chains_at_their_next_call(fatal: BaseException) -> None:
     """8 chains of 10 calls (0.1 s each) on 8 threads; chain 0 fails fatally (an error the stage does not keep, or
-    Ctrl-C) after its second call. With the stop event the other chains send no new request after it: the run ends
-    within about one call's time of the failure, not after every chain played out its remaining turns (~0.8 s)."""
+    Ctrl-C) after its second call. With the stop event the other chains send no new request once it is set: the run
+    ends at their next call, not after every chain played out its remaining turns."""
     from convrag.llm import LLM, RetryPolicy, RunStopped
     from convrag.llm.backends.fake import FakeBackend
 
@@ -405,8 +405,10 @@ def test_a_fatal_error_stops_the_running_chains_at_their_next_call(fatal: BaseEx
     with pytest.raises(type(fatal)):
         for _ in overlap_shards([list(range(8))], chain, 8, catch=(LLMError,), stop=stop):
             pass
-    ended = time.perf_counter()
-    assert stop.is_set() and ended - failed_at[0] < 0.6
-    assert len(after) <= 7  # at most the call each other chain had in flight when chain 0 failed
+    assert stop.is_set()
+    # each other chain finishes the call it had in flight, and may start another in the moment before the main thread
+    # has seen the failure and set the event (a loaded machine may delay that): a few per chain at most, where
+    # without the event the 7 other chains would make all their 56 remaining calls
+    assert len(after) <= 21
     with pytest.raises(RunStopped):  # and the client refuses new requests while the run is stopping
         llm.chat([{"role": "user", "content": "one more"}], use_cache=False)
