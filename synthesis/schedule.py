@@ -42,12 +42,7 @@ class _Shard:
     def result(self) -> BatchResult[Any]:
         out: BatchResult[Any] = BatchResult(results=[None] * len(self.items))
         for i, future in enumerate(self.futures):
-            value, error = future.result()
-            if error is None:
-                out.results[i] = value
-            else:
-                out.failures[i] = f"{type(error).__name__}: {error}"
-                out.errors[i] = error
+            out.record(i, *future.result())
         return out
 
 

@@ -29,6 +29,14 @@ class BatchResult(Generic[R]):
         """(index, result) of every item that succeeded."""
         return [(i, r) for i, r in enumerate(self.results) if i not in self.failures]  # type: ignore[misc]
 
+    def record(self, i: int, value: R | None, error: BaseException | None) -> None:
+        """Item ``i``'s outcome: its value, or (``error`` given) its failure."""
+        if error is not None:
+            self.failures[i] = f"{type(error).__name__}: {error}"
+            self.errors[i] = error
+        else:
+            self.results[i] = value
+
     def raise_on_failure(self) -> None:
         """Raise :class:`LLMFailure` naming the failed items, if any."""
         if self.failures:
@@ -80,10 +88,6 @@ def run_batch(items: Iterable[I], fn: Callable[[I], R], concurrency: int = 4, *,
 
 def _collect(out: BatchResult[Any], i: int, res: Any, err: BaseException | None,
              on_result: Callable[[int, Any, BaseException | None], None] | None) -> None:
-    if err is not None:
-        out.failures[i] = f"{type(err).__name__}: {err}"
-        out.errors[i] = err
-    else:
-        out.results[i] = res
+    out.record(i, res, err)
     if on_result is not None:
         on_result(i, res, err)
