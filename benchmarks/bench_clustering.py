@@ -34,8 +34,8 @@ import time
 
 import numpy as np
 
-from convrag.synthesis.knn import knn_graph
-from convrag.synthesis.traversal import Clustering, greedy_traversal, merge_short_clusters, random_clusters
+from convrag.synthesis.mtr.knn import knn_graph
+from convrag.synthesis.mtr.traversal import Clustering, greedy_traversal, merge_short_clusters, random_clusters
 
 
 def vectors(n: int, dim: int, noise: float, seed: int) -> np.ndarray:

@@ -59,14 +59,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from datasketch import MinHashLSH
 
-from convrag.synthesis.boilerplate import cut_tail
-from convrag.synthesis.chunking import Chunker
-from convrag.synthesis.corpus_source import corpus_files, iter_file
-from convrag.synthesis.curate import Curate
-from convrag.synthesis.engine import Pipeline
-from convrag.synthesis.minhash_dedup import MODES, confirmed, recall_bands, signature
-from convrag.synthesis.quality import HeuristicScorer, scorer_from_spec
-from convrag.synthesis.shards import shard_files
+from convrag.synthesis.curation.boilerplate import cut_tail
+from convrag.synthesis.curation.chunking import Chunker
+from convrag.core.corpus import corpus_files, iter_file
+from convrag.synthesis.curation.curate import Curate
+from convrag.synthesis.engine.pipeline import Pipeline
+from convrag.synthesis.curation.minhash_dedup import MODES, confirmed, recall_bands, signature
+from convrag.synthesis.curation.quality import HeuristicScorer, scorer_from_spec
+from convrag.synthesis.engine.shards import shard_files
 
 HOTPOT = Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpotqa" / "hotpot_dev_distractor_v1.first30.json"
 ONSETS = ("b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "z", "br", "ch",

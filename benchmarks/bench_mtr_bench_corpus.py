@@ -45,7 +45,7 @@ RSS_UNIT = 1 if platform.system() == "Darwin" else 1024  # ru_maxrss: bytes on m
 BUILD = """
 import os, sys, tempfile
 from convrag.builders import get_builder_class
-from convrag.export import export_benchmark
+from convrag.hub.export import export_benchmark
 out, mode, options = sys.argv[1], sys.argv[2], {"source": {"test": sys.argv[3], "corpus": sys.argv[4]}}
 if mode == "export":
     export_benchmark("mtr-bench", out, configs=["corpus"], overwrite=True, options=options)

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-from convrag.errors import ConvragError
+from convrag.core.errors import ConvragError
 from convrag.seara.validation import (
     default_configurations,
     load_hotpotqa,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-from convrag.errors import ConvragError
+from convrag.core.errors import ConvragError
 
 #: registry name -> "module:Class" (modules relative to this package)
 REGISTRY: dict[str, str] = {

@@ -12,7 +12,7 @@ Configs (split ``test`` = the benchmark, plus ``train`` when the source has it):
 * ``corpus``: MTR-DOCUMENT (``_id`` = row index), streamed; split ``test`` only, built when the source has it;
 * ``cluster-corpus``: every ``ctxs`` document of the split, sorted by document_idx (a far smaller search space).
 
-The export adds ``query`` for mteb (``_id``, ``text``, ``history`` as text; see ``convrag.mteb_layout``): mteb
+The export adds ``query`` for mteb (``_id``, ``text``, ``history`` as text; see ``convrag.hub.mteb_layout``): mteb
 cannot batch the nested ``history`` of ``queries`` and reads ``query`` instead; ``convrag evaluate`` reads ``queries``.
 
 Conversation ids come from a ``conversation_id`` column when the source has one, else ``<split>-<n:05d>``
@@ -32,11 +32,11 @@ import datasets
 import pyarrow.parquet as pq
 from datasets import Features, List, Value
 
-from convrag import schema
-from convrag.builder_base import BenchmarkBuilder, BenchmarkConfig, BuildReport
-from convrag.errors import DataError
-from convrag.evaluation.profile import EvaluationProfile
-from convrag.jsonl import iter_jsonl, text_lines
+from convrag.core import schema
+from convrag.builders.base import BenchmarkBuilder, BenchmarkConfig, BuildReport
+from convrag.core.errors import DataError
+from convrag.builders.profile import EvaluationProfile
+from convrag.core.jsonl import iter_jsonl, text_lines
 
 from . import mtr_bench_source as ms
 

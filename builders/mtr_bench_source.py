@@ -27,9 +27,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from huggingface_hub import snapshot_download
 
-from convrag.builder_base import BuildReport
-from convrag.errors import DataError
-from convrag.jsonl import iter_jsonl, text_lines, typed_field
+from convrag.builders.base import BuildReport
+from convrag.core.errors import DataError
+from convrag.core.jsonl import iter_jsonl, text_lines, typed_field
 
 CORPUS_REPO = "OkayestProgrammer/MTR-DOCUMENT"  # named in the authors' README (rangehow/mtr-suite)
 RELEASES: dict[str, dict[str, tuple[str, str]]] = {

@@ -27,9 +27,9 @@ from typing import Any
 import datasets
 from datasets import Features
 
-from convrag.builder_base import BenchmarkBuilder, BenchmarkConfig, BuildReport
-from convrag.errors import DataError
-from convrag.evaluation.profile import EvaluationProfile
+from convrag.builders.base import BenchmarkBuilder, BenchmarkConfig, BuildReport
+from convrag.core.errors import DataError
+from convrag.builders.profile import EvaluationProfile
 
 from . import mtrag_parse as mp
 from .mtrag_source import DOMAINS, VIEWS, expected_paths, fetch, iter_corpus, locate, mtrag_paths

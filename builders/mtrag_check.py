@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from convrag.errors import DataError
-from convrag.jsonl import REQUIRED, type_name, typed_field
+from convrag.core.errors import DataError
+from convrag.core.jsonl import REQUIRED, type_name, typed_field
 
 #: build-report events
 NO_REFERENCE = "tasks without a reference answer: the agent reply is empty or missing (targets left empty)"

@@ -28,9 +28,9 @@ from typing import Any
 
 from datasets import Features, List, Value
 
-from convrag import schema
-from convrag.errors import DataError
-from convrag.jsonl import read_json_records
+from convrag.core import schema
+from convrag.core.errors import DataError
+from convrag.core.jsonl import read_json_records
 
 from .mtrag_check import NO_REFERENCE, check_conversation, cite, count_empty_passages
 from .mtrag_source import (

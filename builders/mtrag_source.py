@@ -27,9 +27,10 @@ import zlib
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from convrag.builder_base import BuildReport, is_url
-from convrag.errors import DataError
-from convrag.jsonl import decoded_lines, handle_lines, iter_jsonl, open_binary, read_jsonl, text_lines, typed_field
+from convrag.builders.base import BuildReport
+from convrag.core.provenance import is_url
+from convrag.core.errors import DataError
+from convrag.core.jsonl import decoded_lines, handle_lines, iter_jsonl, open_binary, read_jsonl, text_lines, typed_field
 
 DOMAINS = ("clapnq", "cloud", "fiqa", "govt")
 VIEWS = ("lastturn", "questions", "rewrite")

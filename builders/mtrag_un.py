@@ -36,8 +36,8 @@ from typing import Any
 
 from datasets import Features, List
 
-from convrag.errors import DataError
-from convrag.jsonl import read_jsonl
+from convrag.core.errors import DataError
+from convrag.core.jsonl import read_jsonl
 
 from . import mtrag_parse as mp
 from .mtrag import MTRAGFamily, domains_of, make_configs

@@ -26,10 +26,11 @@ from typing import Any
 import datasets
 from datasets import Features, List, Value
 
-from convrag import schema
-from convrag.builder_base import BenchmarkBuilder, BenchmarkConfig, is_url
-from convrag.errors import DataError
-from convrag.evaluation.profile import EvaluationProfile
+from convrag.core import schema
+from convrag.builders.base import BenchmarkBuilder, BenchmarkConfig
+from convrag.core.provenance import is_url
+from convrag.core.errors import DataError
+from convrag.builders.profile import EvaluationProfile
 
 from . import recor_source as rs
 

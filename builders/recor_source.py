@@ -30,10 +30,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from convrag.builder_base import BuildReport, SourceCache, is_url
-from convrag.errors import DataError
-from convrag.jsonl import iter_jsonl, read_jsonl, text_lines
-from convrag.jsonl import typed_field as check
+from convrag.builders.base import BuildReport, SourceCache
+from convrag.core.provenance import is_url
+from convrag.core.errors import DataError
+from convrag.core.jsonl import iter_jsonl, read_jsonl, text_lines
+from convrag.core.jsonl import typed_field as check
 
 from .recor_ids import DocTable, digest, name_shared, shared_digests
 

@@ -28,11 +28,12 @@ from typing import Any
 import datasets
 from datasets import Features, List, Value
 
-from convrag import schema
-from convrag.builder_base import BenchmarkBuilder, BenchmarkConfig, BuildReport, is_url
-from convrag.errors import DataError
-from convrag.evaluation.profile import EvaluationProfile
-from convrag.jsonl import read_json_records
+from convrag.core import schema
+from convrag.builders.base import BenchmarkBuilder, BenchmarkConfig, BuildReport
+from convrag.core.provenance import is_url
+from convrag.core.errors import DataError
+from convrag.builders.profile import EvaluationProfile
+from convrag.core.jsonl import read_json_records
 
 from . import stratrag_rules as rules
 

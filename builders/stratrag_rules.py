@@ -31,9 +31,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from convrag.builder_base import BuildReport
-from convrag.errors import DataError
-from convrag.jsonl import is_a, type_name
+from convrag.builders.base import BuildReport
+from convrag.core.errors import DataError
+from convrag.core.jsonl import is_a, type_name
 
 POOL_SIZE = 15
 N_GOLD = 2

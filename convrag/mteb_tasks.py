@@ -3,7 +3,7 @@
 ``mteb.evaluate(model, convrag.mteb_tasks.get("recor", path_or_repo))`` runs mteb's own retrieval evaluation
 on a built folder. Each benchmark has one ``AbsTaskRetrieval`` subclass whose ``TaskMetadata`` is complete;
 :func:`get` gives it the dataset path and revision and keeps the subsets the folder has. What mteb reads is the
-configs named in :mod:`convrag.mteb_layout`:
+configs named in :mod:`convrag.hub.mteb_layout`:
 
 * StratRAG: each query's 15-document pool (``top_ranked``), so scores are over pools, as in the paper;
   main score nDCG@5 within the pool (its Tables 2-3 report R@1, R@2, R@5, MRR and nDCG@5).
@@ -28,8 +28,8 @@ from mteb.abstasks.task_metadata import TaskMetadata
 
 from convrag.builders.mtrag_un import DOMAINS as MTRAG_DOMAINS
 from convrag.builders.recor_source import DOMAINS as RECOR_DOMAINS
-from convrag.errors import ConvragError
-from convrag.hub import REPO_ID
+from convrag.core.errors import ConvragError
+from convrag.hub.repo import REPO_ID
 
 #: ``dataset`` of the class-level metadata: a placeholder that :func:`get` replaces with a real path and revision
 UNBUILT = {"path": "convrag-build", "revision": "unbuilt"}
@@ -134,7 +134,7 @@ def _dataset(name: str, path_or_repo: str) -> dict[str, str]:
     its manifest (which must name ``name``), or a Hub repo with the revision given (``org/name@rev``) or else the
     commit sha the Hub resolves now."""
     if Path(path_or_repo).exists():
-        from convrag.manifest import read_manifest
+        from convrag.core.manifest import read_manifest
 
         manifest = read_manifest(path_or_repo)
         if manifest.get("benchmark") != name:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from convrag.errors import ConvragError
+from convrag.core.errors import ConvragError
 
 #: the metrics shipped as evaluate modules (each a sub-folder holding ``<name>.py``)
 NAMES = ("retrieval", "generation", "audit", "pr_auc")
@@ -22,7 +22,7 @@ NAMES = ("retrieval", "generation", "audit", "pr_auc")
 def path(name: str) -> str:
     """The folder of the installed metric ``name`` (one of :data:`NAMES`), for ``evaluate.load``.
 
-    Raises :class:`~convrag.errors.ConvragError` for an unknown name, or when the folder lacks ``<name>.py``."""
+    Raises :class:`~convrag.core.errors.ConvragError` for an unknown name, or when the folder lacks ``<name>.py``."""
     if name not in NAMES:
         raise ConvragError(f"unknown metric {name!r}; known: {', '.join(NAMES)}")
     folder = Path(__file__).resolve().parent / name

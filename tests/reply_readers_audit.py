@@ -14,19 +14,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from convrag.audit.items import AuditDoc, AuditItem, AuditSet
-from convrag.audit.mtr_eval import Completeness, NegativeSampler, judge_item, make_dimension
-from convrag.audit.mtr_eval import document_text as mtr_document_text
-from convrag.audit.pooling import LLMRelevanceJudge, history_summary
-from convrag.audit.pooling import document_text as pool_document_text
-from convrag.audit.recor_judges import ANSWER_CHARS, DOCUMENT_CHARS, conversation_fields, judge_conversation, judge_turn
-from convrag.audit.verdict import judge_call
+from convrag.judging.items import AuditDoc, AuditItem, AuditSet
+from convrag.judging.mtr_eval import Completeness, NegativeSampler, judge_item, make_dimension
+from convrag.judging.mtr_eval import document_text as mtr_document_text
+from convrag.judging.pooling import LLMRelevanceJudge, history_summary
+from convrag.judging.pooling import document_text as pool_document_text
+from convrag.judging.recor import ANSWER_CHARS, DOCUMENT_CHARS, conversation_fields, judge_conversation, judge_turn
+from convrag.judging.verdict import judge_call
 from convrag.evaluation.data import BenchmarkData
-from convrag.evaluation.profile import EvaluationProfile
+from convrag.builders.profile import EvaluationProfile
 from convrag.llm import LLM, JudgeEnsemble, Message, load_prompt
 from convrag.seara.facts import Chunk, Fact, extract_facts, llm_entailment
-from convrag.seara.rerank import ListwiseReranker
-from convrag.seara.rewrite import QueryRewriter
+from convrag.retrievers.llm_rerank import ListwiseReranker
+from convrag.retrievers.llm_rewrite import QueryRewriter
 
 from .reply_shapes import Reader, json_instruction, no_json_instruction
 

@@ -1,6 +1,6 @@
 """Readers of the RECOR Decomposition-and-Verification prompts for the reply-shape corpus (:mod:`tests.reply_shapes`).
 
-Every D&V stage reads its replies with :func:`convrag.synthesis.dv_common.ask` (the stage's schema, check and
+Every D&V stage reads its replies with :func:`convrag.synthesis.recor.common.ask` (the stage's schema, check and
 cut-off rule; the LLM layer re-asks when the check or the JSON reading fails). Each reader calls it as its stage
 does (the turns stage through its own helper ``Turns._ask``), with the fields of the RECOR appendix C item
 (tests/dv_fixture.py), then applies the stage's own rule that turns the reply into what it keeps: the reading.
@@ -16,10 +16,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from convrag.llm import LLM, Message
-from convrag.synthesis import dv_align, dv_aspects, dv_facts, dv_turns
-from convrag.synthesis import dv_turn_agents as agents
-from convrag.synthesis import dv_turn_checks as checks
-from convrag.synthesis.dv_common import Tokens, ask, doc_labels, documents_field, sampling
+from convrag.synthesis.recor import align as dv_align, aspects as dv_aspects, facts as dv_facts, turns as dv_turns
+from convrag.synthesis.recor import turn_agents as agents
+from convrag.synthesis.recor import turn_checks as checks
+from convrag.synthesis.recor.common import Tokens, ask, doc_labels, documents_field, sampling
 
 from .dv_fixture import ANSWER, DOCUMENTS, QUERY, REASONING
 from .dv_fixture_turns import ANSWERS, ASPECTS, QUERIES, SUB_QUESTIONS

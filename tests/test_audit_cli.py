@@ -20,7 +20,7 @@ import pytest
 
 import convrag.audit.runner
 from convrag.cli import main
-from convrag.export import export_benchmark
+from convrag.hub.export import export_benchmark
 from convrag.llm import LLM, RetryPolicy, load_prompt
 from convrag.llm.backends.fake import FakeBackend
 from tests.conftest import DATA

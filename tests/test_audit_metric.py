@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from convrag.audit.recor_judges import DEPENDENCY_LABELS, PATTERN_LABELS
+from convrag.judging.recor import DEPENDENCY_LABELS, PATTERN_LABELS
 from convrag.llm import LLM, RetryPolicy
 from convrag.llm.backends.fake import FakeBackend
 from convrag.metrics.audit.aggregate import aggregate_labels, aggregate_scores

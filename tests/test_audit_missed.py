@@ -1,4 +1,4 @@
-"""Missed-relevant estimator (convrag.audit.pooling / convrag.audit.missed).
+"""Missed-relevant estimator (convrag.judging.pooling / convrag.judging.missed).
 
 Validated where the truth is known: StratRAG built from the HotpotQA sample labels every pool document (2 gold,
 the rest not relevant). Oracle judges built from the complete labels must find nothing missing; with one gold
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from convrag.audit.items import AuditDoc, AuditItem, AuditSet, load_items
-from convrag.audit.missed import (
+from convrag.judging.items import AuditDoc, AuditItem, AuditSet, load_items
+from convrag.judging.missed import (
     CALIBRATION,
     MissedReport,
     TurnEstimate,
@@ -26,7 +26,7 @@ from convrag.audit.missed import (
     rescore,
     write_suspected_qrels,
 )
-from convrag.audit.pooling import (
+from convrag.judging.pooling import (
     POOLED,
     LLMRelevanceJudge,
     NoisyOracleJudge,
@@ -40,9 +40,9 @@ from convrag.audit.pooling import (
     pool_runs,
     relevance_verdict,
 )
-from convrag.audit.verdict import Verdict
+from convrag.judging.verdict import Verdict
 from convrag.cli import main
-from convrag.errors import ConvragError
+from convrag.core.errors import ConvragError
 from convrag.llm import LLM, RetryPolicy
 from convrag.llm.backends.fake import FakeBackend
 from convrag.llm.types import BackendError

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from convrag.audit.items import AuditDoc, load_items
-from convrag.audit.mtr_eval import (
+from convrag.judging.items import AuditDoc, load_items
+from convrag.judging.mtr_eval import (
     DIMENSIONS,
     LABELS,
     Completeness,
@@ -21,10 +21,10 @@ from convrag.audit.mtr_eval import (
     make_dimension,
     negatives,
 )
-from convrag.audit.verdict import Verdict, free_text_rationale, judge_call, parse_choice, parse_rating
+from convrag.judging.verdict import Verdict, free_text_rationale, judge_call, parse_choice, parse_rating
 from convrag.builders.stratrag_rules import PAD_TEXT
 from convrag.cli import main
-from convrag.export import export_benchmark
+from convrag.hub.export import export_benchmark
 from convrag.llm import LLM, EndpointUnreachable, RetryPolicy
 from convrag.llm.backends.fake import FakeBackend
 from convrag.llm.types import BackendError

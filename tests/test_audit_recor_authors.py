@@ -12,21 +12,21 @@ from pathlib import Path
 import pytest
 
 import convrag.audit.runner
-from convrag.audit.items import AuditDoc, AuditItem, AuditSet
-from convrag.audit.recor_judges import DEPENDENCY_LABELS, PATTERN_LABELS, judge_conversation, judge_turn
-from convrag.audit.recor_judges_profile import EVIDENCE_FIELDS, context, observed_entropy, profile_entropy
-from convrag.audit.recor_judges_tables import (
+from convrag.judging.items import AuditDoc, AuditItem, AuditSet
+from convrag.judging.recor import DEPENDENCY_LABELS, PATTERN_LABELS, judge_conversation, judge_turn
+from convrag.judging.recor_profile import EVIDENCE_FIELDS, context, observed_entropy, profile_entropy
+from convrag.benchmarks.recor.judges_tables import (
     RECOR_DEPENDENCY_COUNTS,
     RECOR_PATTERN_COUNTS,
     apply_profile,
     domain_table,
     label_distribution,
 )
-from convrag.audit.verdict import Verdict
+from convrag.judging.verdict import Verdict
 from convrag.cli import main
-from convrag.errors import ConvragError
+from convrag.core.errors import ConvragError
 from convrag.evaluation.data import BenchmarkData
-from convrag.evaluation.profile import EvaluationProfile
+from convrag.builders.profile import EvaluationProfile
 from convrag.llm import LLM, RetryPolicy
 from convrag.llm.backends.fake import FakeBackend
 from tests.conftest import DATA

@@ -10,8 +10,8 @@ import math
 
 import pytest
 
-from convrag.audit.items import AuditSet, conversations, load_items
-from convrag.audit.recor_judges import (
+from convrag.judging.items import AuditSet, conversations, load_items
+from convrag.judging.recor import (
     DEPENDENCY_LABELS,
     DIMENSIONS,
     PATTERN_LABELS,
@@ -20,16 +20,16 @@ from convrag.audit.recor_judges import (
     match_label,
     normalized_entropy,
 )
-from convrag.audit.recor_judges_tables import (
+from convrag.benchmarks.recor.judges_tables import (
     RECOR_DEPENDENCY_COUNTS,
     RECOR_DEPENDENCY_ENTROPY,
     RECOR_PATTERN_COUNTS,
     RECOR_PATTERN_ENTROPY,
     label_distribution,
 )
-from convrag.audit.verdict import Verdict
+from convrag.judging.verdict import Verdict
 from convrag.cli import main
-from convrag.errors import ConvragError
+from convrag.core.errors import ConvragError
 from convrag.llm import LLM, BackendError, RetryPolicy
 from convrag.llm.backends.fake import FakeBackend
 from tests.conftest import DATA

@@ -16,7 +16,7 @@ import pytest
 from rank_bm25 import BM25Okapi
 
 from convrag.builders.stratrag import StratRAG
-from convrag.export import export_benchmark
+from convrag.hub.export import export_benchmark
 from convrag.retrievers import BM25Retriever
 from tests.conftest import DATA
 

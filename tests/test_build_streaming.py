@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from convrag.export import export_benchmark
+from convrag.hub.export import export_benchmark
 from tests.conftest import DATA
 
 OPENS: Counter | None = None

@@ -109,7 +109,7 @@ def test_evaluate_recor_folder_dispatches_to_the_recor_tables(tmp_path, capsys):
 
 
 def test_evaluate_mtrag_folder_writes_tables_and_runs(tmp_path, capsys):
-    from convrag.evaluation.mtrag import check_submission
+    from convrag.benchmarks.mtrag.scoring import check_submission
 
     out = tmp_path / "mtrag"
     configs = [f"{d}-{v}" for d in ("clapnq", "govt") for v in ("lastturn", "qrels", "cited-corpus")]
@@ -132,7 +132,7 @@ RESPONSES = DATA / "mtrag" / "scripts" / "evaluation" / "sample_data" / "respons
 
 
 def test_evaluate_generation_on_a_built_tasks_config_and_a_submission(tmp_path, capsys):
-    from convrag.export import export_benchmark
+    from convrag.hub.export import export_benchmark
 
     folder = tmp_path / "mtrag"
     export_benchmark("mtrag", folder, configs=["all-tasks"], options={"source": str(DATA / "mtrag")})

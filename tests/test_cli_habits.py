@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from convrag import progress
-from convrag.arguments import default_out, run_name
+from convrag.core import progress
+from convrag.hub.naming import default_out, run_name
 from convrag.cli import main
 
 from .conftest import DATA
@@ -146,7 +146,7 @@ def test_default_out_lands_beside_a_results_folder_not_inside_it(built, tmp_path
     """The README's `--out results/stratrag` makes a results folder where the default of a later run would
     nest (results/stratrag/strat-evaluate): the default goes beside it instead, and beside `results` itself when
     that is a run's folder."""
-    from convrag.out_folder import OWNER_MARKER, unnested
+    from convrag.core.out_folder import OWNER_MARKER, unnested
 
     monkeypatch.chdir(tmp_path)
     args = ["evaluate", str(built), "--retrievers", "random", "--bootstrap", "10", "--no-progress"]

@@ -9,8 +9,8 @@ import shlex
 
 import pytest
 
-from convrag.arguments import EXAMPLES
-from convrag.build_options import builder_options
+from convrag.cli.arguments import EXAMPLES
+from convrag.builders.options import builder_options
 from convrag.cli import build_parser
 
 REST = re.compile(r"``|:(func|class|mod|data|meth|attr):`")

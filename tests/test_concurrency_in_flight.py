@@ -175,7 +175,7 @@ def test_audit_keeps_concurrency_in_flight(server: FakeServer, stratrag_first30:
 def test_audit_judges_run_at_the_same_time(stratrag_first30: Path) -> None:
     """Two judges sharing one report, 4 calls in flight each: they judge at the same time (peak 8, the summed
     limit), and their verdicts keep judge order."""
-    from convrag.audit.items import load_items
+    from convrag.judging.items import load_items
     from convrag.audit.runner import run_audit
 
     shared = RunReport()

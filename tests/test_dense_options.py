@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from convrag.query_text import FITS, TAIL_CUT, TRIMMED, QueryText
+from convrag.retrievers.query_text import FITS, TAIL_CUT, TRIMMED, QueryText
 from convrag.retrievers import (
     BM25Retriever,
     DenseRetriever,

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from convrag.cli import main
-from convrag.embed import CacheWarning, EmbeddingStore, model_identity, resolve_device
-from convrag.errors import ConvragError
+from convrag.retrievers.embed import CacheWarning, EmbeddingStore, model_identity, resolve_device
+from convrag.core.errors import ConvragError
 from convrag.retrievers import DenseRetriever
 from convrag.retrievers.dense import _EMBEDDINGS
 from convrag.retrievers.encoders import default_model_path

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from convrag.cli import main
-from convrag.embed import CacheWarning
-from convrag.embed_shards import bounds, parse_shard
-from convrag.errors import ConvragError
+from convrag.retrievers.embed import CacheWarning
+from convrag.retrievers.embed_shards import bounds, parse_shard
+from convrag.core.errors import ConvragError
 from convrag.retrievers import DenseRetriever
 from convrag.retrievers import faiss_index as fi
 from convrag.retrievers.dense import _EMBEDDINGS

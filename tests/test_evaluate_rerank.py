@@ -208,7 +208,7 @@ def test_listwise_llm_rerank_through_the_llm_layer(form: str, stratrag_first30: 
 
 
 def test_score_cache_reuses_pairs_across_runs_and_skips_a_damaged_file(tmp_path: Path) -> None:
-    from convrag.embed import CacheWarning
+    from convrag.retrievers.embed import CacheWarning
     from convrag.evaluation.rerank import CachedPredictor, ScoreCache
 
     class Counting:

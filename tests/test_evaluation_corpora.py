@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from convrag.builders.recor import RECOR
-from convrag.errors import DataError
+from convrag.core.errors import DataError
 from convrag.evaluation.data import Corpora, Folder, load_benchmark
-from convrag.export import export_benchmark
+from convrag.hub.export import export_benchmark
 
 from .conftest import DATA
 

@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from convrag.builders import available, get_builder_class
-from convrag.errors import ConvragError
-from convrag.evaluation.profile import EvaluationProfile, profile_of
-from convrag.evaluation.report import evaluate_folder
-from convrag.export import export_benchmark, read_manifest
+from convrag.core.errors import ConvragError
+from convrag.builders.profile import EvaluationProfile, profile_of
+from convrag.evaluate.report import evaluate_folder
+from convrag.hub.export import export_benchmark, read_manifest
 
 from .conftest import DATA, REPO
 

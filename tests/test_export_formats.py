@@ -16,7 +16,7 @@ import pytrec_eval
 from beir.datasets.data_loader import GenericDataLoader
 
 from convrag.cli import main
-from convrag.manifest import read_card
+from convrag.core.manifest import read_card
 
 from .conftest import DATA
 

@@ -6,9 +6,9 @@ import datasets
 import pyarrow.parquet as pq
 import pytest
 
-from convrag import export
-from convrag.errors import ConvragError
-from convrag.export import write_arrow_shards
+from convrag.hub import export
+from convrag.core.errors import ConvragError
+from convrag.hub.export import write_arrow_shards
 
 from .conftest import DATA
 

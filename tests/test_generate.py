@@ -23,9 +23,9 @@ import pytest
 
 import convrag.cli as cli
 import convrag.generate.command as command
-from convrag.errors import DataError
-from convrag.evaluation.generation import read_built_tasks
-from convrag.evaluation.mtrag import ranked, write_submission
+from convrag.core.errors import DataError
+from convrag.evaluate.generation import read_built_tasks
+from convrag.benchmarks.mtrag.scoring import ranked, write_submission
 from convrag.generate.answer import cut, fit_history, render_prompt
 from convrag.generate.command import generator_label
 from convrag.generate.tasks import GenItem, Passage
@@ -431,8 +431,8 @@ def test_generator_label_has_no_secrets() -> None:
 
 
 def test_mtr_bench_turns_are_generated_and_read_by_the_judge_scorer(scripted, tmp_path, capsys) -> None:
-    from convrag.evaluation.recor_generation import read_benchmark, read_predictions
-    from convrag.export import export_benchmark
+    from convrag.benchmarks.recor.generation import read_benchmark, read_predictions
+    from convrag.hub.export import export_benchmark
     from tests.mtr_bench_fixture import write_fixture
 
     write_fixture(tmp_path / "source")

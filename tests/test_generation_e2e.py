@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from convrag.evaluation.generation import evaluate_generation, render_tables, write_outputs
+from convrag.evaluate.generation import evaluate_generation, render_tables, write_outputs
 from convrag.llm import get_llm
 from convrag.metrics.generation.io import read_responses
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from convrag.errors import DataError
+from convrag.core.errors import DataError
 from convrag.metrics.generation.io import read_predictions, read_responses, tasks_from_rows
 
 from .conftest import DATA

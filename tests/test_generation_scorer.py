@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from convrag.errors import DataError
-from convrag.evaluation.generation import evaluate_generation, render_tables, write_outputs
+from convrag.core.errors import DataError
+from convrag.evaluate.generation import evaluate_generation, render_tables, write_outputs
 from convrag.metrics.generation.components import BertScorer, harmonic_mean, rouge_l
 from convrag.metrics.generation.scorer import GenerationTask, score_generation
 

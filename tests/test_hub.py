@@ -18,8 +18,8 @@ import huggingface_hub
 import pytest
 
 from convrag.cli import main
-from convrag.errors import ConvragError
-from convrag.hub import names_hub_repo, resolve_folder
+from convrag.core.errors import ConvragError
+from convrag.hub.repo import names_hub_repo, resolve_folder
 
 from .conftest import REPO
 from .hub_server import TOKEN, serve

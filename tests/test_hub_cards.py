@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from huggingface_hub import DatasetCard, DatasetCardData
 
-from convrag.export import export_benchmark, public_value, size_category
+from convrag.hub.export import export_benchmark, public_value, size_category
 from tests.conftest import DATA
 from tests.mtr_bench_fixture import write_fixture
 

@@ -17,8 +17,8 @@ import pytest
 from convrag import mteb_tasks
 from convrag.builders import get_builder_class
 from convrag.cli import main
-from convrag.export import export_benchmark
-from convrag.mteb_layout import plan
+from convrag.hub.export import export_benchmark
+from convrag.hub.mteb_layout import plan
 from tests.conftest import DATA
 from tests.mtr_bench_fixture import write_fixture
 

@@ -13,9 +13,9 @@ import datasets
 import pytest
 
 from convrag import mteb_tasks
-from convrag.errors import ConvragError
-from convrag.export import export_benchmark
-from convrag.mteb_layout import history_text
+from convrag.core.errors import ConvragError
+from convrag.hub.export import export_benchmark
+from convrag.hub.mteb_layout import history_text
 from tests.conftest import DATA
 from tests.mtr_bench_fixture import write_fixture
 

@@ -11,20 +11,20 @@ from typing import Any
 
 import pytest
 
-from convrag.audit.items import AuditDoc, AuditItem, AuditSet
-from convrag.audit.mtr_eval import MAX_CANDIDATES, Completeness, NegativeSampler, judge_item
+from convrag.judging.items import AuditDoc, AuditItem, AuditSet
+from convrag.judging.mtr_eval import MAX_CANDIDATES, Completeness, NegativeSampler, judge_item
 from convrag.audit.runner import make_judges, run_audit
-from convrag.errors import ConvragError
+from convrag.core.errors import ConvragError
 from convrag.llm import LLM, RetryPolicy
 from convrag.llm.backends.fake import FakeBackend
 from convrag.metrics.audit.aggregate import aggregate_scores, judge_names
-from convrag.synthesis.agents import Doc, Exchange, Questioner, Responder
-from convrag.synthesis.cluster import Cluster
-from convrag.synthesis.converse import PROFILE_DEFAULTS, Converse
-from convrag.synthesis.curate import Curate
-from convrag.synthesis.engine import Estimate, Pipeline, Stage, StageContext, StageReport
-from convrag.synthesis.mtr import mtr_pipeline
-from convrag.synthesis.quality import CHUNK_EXEMPT, HeuristicScorer, profile_options
+from convrag.synthesis.mtr.agents import Doc, Exchange, Questioner, Responder
+from convrag.synthesis.mtr.cluster import Cluster
+from convrag.synthesis.mtr.converse import PROFILE_DEFAULTS, Converse
+from convrag.synthesis.curation.curate import Curate
+from convrag.synthesis.engine.pipeline import Estimate, Pipeline, Stage, StageContext, StageReport
+from convrag.synthesis.mtr.pipeline import mtr_pipeline
+from convrag.synthesis.curation.quality import CHUNK_EXEMPT, HeuristicScorer, profile_options
 from tests.test_llm_faults import FakeServer
 
 from .conftest import DATA

@@ -15,8 +15,8 @@ import pytest
 
 from convrag.builders import mtr_bench_source as ms
 from convrag.builders.mtr_bench import VIEW_NAMES, MTRBench, iter_corpus
-from convrag.errors import DataError
-from convrag.export import export_benchmark, read_manifest
+from convrag.core.errors import DataError
+from convrag.hub.export import export_benchmark, read_manifest
 from tests.mtr_bench_fixture import CORPUS_SCHEMA, SCHEMA_12, write_fixture, write_table
 
 HISTORY_EVENT = "turns whose history differs from the previous turn's messages (kept as given)"

@@ -8,8 +8,8 @@ import pytest
 
 from convrag.cli import main
 from convrag.evaluation.data import load_benchmark
-from convrag.export import export_benchmark
-from convrag.strategies import dialogue_text
+from convrag.hub.export import export_benchmark
+from convrag.retrievers.strategies import dialogue_text
 
 from .mtr_bench_fixture import write_fixture
 

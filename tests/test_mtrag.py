@@ -17,8 +17,8 @@ from convrag.builders.mtrag_source import (
     user_prefix_texts,
 )
 from convrag.builders.mtrag_un import MTRAGUN
-from convrag.errors import DataError
-from convrag.export import export_benchmark, read_manifest
+from convrag.core.errors import DataError
+from convrag.hub.export import export_benchmark, read_manifest
 from tests.conftest import DATA
 
 SRC = DATA / "mtrag"

@@ -10,8 +10,8 @@ import pytest
 import pytrec_eval
 
 from convrag.builders.mtrag_source import COLLECTIONS, DOMAINS, read_qrels
-from convrag.errors import DataError
-from convrag.evaluation.mtrag import (
+from convrag.core.errors import DataError
+from convrag.benchmarks.mtrag.scoring import (
     check_submission,
     measures,
     read_input_task_ids,
@@ -172,7 +172,7 @@ def test_submission_round_trip_against_sample_input(tmp_path):
 
 def test_evaluate_folder_bm25_on_mtrag_un(tmp_path):
     from convrag.builders.mtrag_un import MTRAGUN
-    from convrag.export import export_benchmark
+    from convrag.hub.export import export_benchmark
 
     options = {"source": str(SRC)}
     configs = [c for c in MTRAGUN.default_configs(options) if not c.startswith("all-") and "tasks" not in c]
@@ -180,7 +180,7 @@ def test_evaluate_folder_bm25_on_mtrag_un(tmp_path):
     qrels = {d: _qrels(SRC / "mtragun-human" / "retrieval_tasks" / "qrels" / f"{d}.tsv") for d in DOMAINS}
     perfect = {q.replace("<::>", "::"): {doc: 1.0 for doc in rels} for d in DOMAINS for q, rels in qrels[d].items()}
     from convrag.builders.mtrag_un import MTRAGUN as cls
-    from convrag.evaluation.report import evaluate_folder, write_outputs
+    from convrag.evaluate.report import evaluate_folder, write_outputs
 
     results, scored = evaluate_folder(tmp_path / "un", cls.EVALUATION, retrievers=["bm25"], n_bootstrap=50,
                                       external_runs={"gold": perfect}, progress=False)  # fmt: skip

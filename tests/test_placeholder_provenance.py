@@ -22,10 +22,10 @@ import yaml
 
 from convrag.cli import main
 from convrag.llm import describe
-from convrag.synthesis.dv_release import Release
-from convrag.synthesis.dv_turns import Turns
-from convrag.synthesis.engine import Pipeline, write_json_atomic
-from convrag.synthesis.records import write_shard
+from convrag.synthesis.recor.release import Release
+from convrag.synthesis.recor.turns import Turns
+from convrag.synthesis.engine.pipeline import Pipeline, write_json_atomic
+from convrag.synthesis.engine.records import write_shard
 
 from .test_llm_faults import FakeServer
 from .test_trust_synthesis_llm import SMALL, _corpus, agents
@@ -255,7 +255,7 @@ def test_stratrag_says_how_many_records_it_scored_and_marks_small_groups(stratra
 def test_recor_turn_positions_show_their_counts_and_the_placeholder(monkeypatch, tmp_path) -> None:
     from matplotlib.figure import Figure
 
-    from convrag.evaluation.recor_tables import plot_turn_positions, table19
+    from convrag.benchmarks.recor.tables import plot_turn_positions, table19
     from convrag.evaluation.tables import small_n_note
 
     drawn: list[Figure] = []

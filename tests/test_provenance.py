@@ -16,8 +16,8 @@ import huggingface_hub
 import pytest
 
 from convrag.cli import main
-from convrag.manifest import read_manifest
-from convrag.provenance import hub_url, local_path, public_report, relative_paths
+from convrag.core.manifest import read_manifest
+from convrag.core.provenance import hub_url, local_path, public_report, relative_paths
 
 from .hub_server import TOKEN, serve
 from .mtr_bench_fixture import write_fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pickle
 import random
 
-from convrag.query_text import FITS, TAIL_CUT, TRIMMED, QueryText, fit_query
+from convrag.retrievers.query_text import FITS, TAIL_CUT, TRIMMED, QueryText, fit_query
 
 
 def words(text: str) -> int:

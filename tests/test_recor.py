@@ -8,8 +8,8 @@ import datasets
 import pytest
 
 from convrag.builders.recor import RECOR
-from convrag.errors import DataError
-from convrag.export import export_benchmark, read_manifest
+from convrag.core.errors import DataError
+from convrag.hub.export import export_benchmark, read_manifest
 from tests.conftest import DATA
 
 SAMPLE = DATA / "recor" / "sample"

@@ -11,10 +11,10 @@ import pytest
 from scipy import stats
 
 from convrag.builders.recor import RECOR
-from convrag.evaluation import recor_tables as rt
-from convrag.evaluation.recor import MEASURES, analyse, render_tables
-from convrag.evaluation.report import evaluate_folder, write_outputs
-from convrag.export import export_benchmark
+from convrag.benchmarks.recor import tables as rt
+from convrag.benchmarks.recor.aggregate import MEASURES, analyse, render_tables
+from convrag.evaluate.report import evaluate_folder, write_outputs
+from convrag.hub.export import export_benchmark
 
 from .conftest import DATA
 
@@ -166,7 +166,7 @@ def test_end_to_end_on_the_real_sample(tmp_path: Path) -> None:
 
 
 def test_one_strategy_has_no_comparisons_and_no_plot(results: dict, tmp_path: Path) -> None:
-    from convrag.evaluation.report import _plots
+    from convrag.evaluate.report import _plots
 
     one = {r: {"baseline": by_s["baseline"]} for r, by_s in per_turn().items()}
     single = analyse(one, TURNS, MEASURES, n_bootstrap=0, seed=0)

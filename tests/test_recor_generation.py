@@ -14,9 +14,9 @@ import yaml
 from scipy.stats import pearsonr
 
 from convrag.cli import _generation_scheme, main
-from convrag.errors import DataError
+from convrag.core.errors import DataError
 from convrag.evaluation import lexical as lx
-from convrag.evaluation.recor_generation import (
+from convrag.benchmarks.recor.generation import (
     Benchmark,
     JudgeItem,
     Reference,
@@ -26,7 +26,7 @@ from convrag.evaluation.recor_generation import (
     score_generation,
     turn_bucket,
 )
-from convrag.evaluation.recor_generation_tables import pearson, render_tables, write_outputs
+from convrag.benchmarks.recor.generation_tables import pearson, render_tables, write_outputs
 from convrag.llm import LLM, RetryPolicy, load_prompt
 from convrag.llm.backends.fake import FakeBackend
 from tests.conftest import DATA
@@ -270,7 +270,7 @@ def test_invalid_json_and_missing_turns(tmp_path: Path, bench: Benchmark) -> Non
 # -- the command on the real RECOR sample, with a scripted judge ----------------------------------------------
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from convrag.export import export_benchmark
+    from convrag.hub.export import export_benchmark
 
     out = tmp_path_factory.mktemp("recor") / "sample"
     export_benchmark("recor", out, options={"source": str(DATA / "recor" / "sample")})
@@ -363,8 +363,8 @@ def test_write_outputs_writes_four_files(tmp_path: Path, bench: Benchmark) -> No
 
 
 def test_mtr_bench_has_one_group_and_answers_from_its_queries(tmp_path: Path) -> None:
-    from convrag.evaluation.recor_generation import read_benchmark
-    from convrag.export import export_benchmark
+    from convrag.benchmarks.recor.generation import read_benchmark
+    from convrag.hub.export import export_benchmark
     from tests.mtr_bench_fixture import write_fixture
 
     write_fixture(tmp_path / "source")

@@ -13,7 +13,7 @@ import pytest
 import convrag.generate.command as gen_command
 from convrag.cli import main
 from convrag.evaluation.lexical import LexicalScorer
-from convrag.evaluation.recor_generation import (
+from convrag.benchmarks.recor.generation import (
     Benchmark,
     JudgeItem,
     judge_answers,
@@ -21,13 +21,13 @@ from convrag.evaluation.recor_generation import (
     read_predictions,
     score_generation,
 )
-from convrag.evaluation.recor_generation_profile import (
+from convrag.benchmarks.recor.generation_profile import (
     authors_bertscorer,
     bertscore_matches_authors,
     comparability,
     get_profile,
 )
-from convrag.evaluation.recor_generation_tables import family_of, render_tables, size_families
+from convrag.benchmarks.recor.generation_tables import family_of, render_tables, size_families
 from convrag.llm import LLM, DiskCache, RetryPolicy
 from convrag.llm.backends.fake import FakeBackend
 from tests.conftest import DATA
@@ -194,7 +194,7 @@ def test_table_26_rows_and_rag_delta(tmp_path: Path, bench: Benchmark) -> None:
 # -- the commands on the real RECOR sample --------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from convrag.export import export_benchmark
+    from convrag.hub.export import export_benchmark
 
     out = tmp_path_factory.mktemp("recor") / "sample"
     export_benchmark("recor", out, options={"source": str(DATA / "recor" / "sample")})

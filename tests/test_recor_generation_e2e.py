@@ -12,7 +12,7 @@ import pytest
 
 from convrag.cli import main
 from convrag.evaluation.data import Folder
-from convrag.export import export_benchmark
+from convrag.hub.export import export_benchmark
 from convrag.llm.spec import PLACEHOLDER_WARNING
 from tests.conftest import DATA
 

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from convrag.cli import main
-from convrag.errors import ConvragError
-from convrag.query_text import FITS, TRIMMED, QueryText
+from convrag.core.errors import ConvragError
+from convrag.retrievers.query_text import FITS, TRIMMED, QueryText
 from convrag.retrievers import RetrieverSpecError, get_retriever, split_specs
 from convrag.retrievers.dual import role_lines
-from convrag.strategies import Turn, dialogue_text, history_text
+from convrag.retrievers.strategies import Turn, dialogue_text, history_text
 
 CORPUS = {
     "nitrogen": "Liquid nitrogen boils at 77 kelvin at atmospheric pressure.",

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from rank_bm25 import BM25Okapi
 
-from convrag.errors import DataError
+from convrag.core.errors import DataError
 from convrag.retrievers import (
     BM25Retriever,
     BM25SRetriever,

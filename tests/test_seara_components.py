@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from convrag.errors import ConvragError
+from convrag.core.errors import ConvragError
 from convrag.llm import LLM, DiskCache, RetryPolicy
 from convrag.llm.backends.fake import FakeBackend
 from convrag.llm.types import BackendError, Message
@@ -22,14 +22,14 @@ from convrag.seara.chunking import (
     sentence_spans,
 )
 from convrag.seara.facts import Chunk
-from convrag.seara.rerank import (
+from convrag.retrievers.llm_rerank import (
     CrossEncoderReranker,
     ListwiseReranker,
     RerankError,
     apply_order,
     windows,
 )
-from convrag.seara.rewrite import SEPARATOR, QueryRewriter, clean_variants
+from convrag.retrievers.llm_rewrite import SEPARATOR, QueryRewriter, clean_variants
 
 TEXT = "The Eiffel Tower is tall. It was built in 1889!  Is it iron? \"Yes.\" Dr. Who\n\nNew para here"
 
@@ -83,7 +83,7 @@ def test_original_and_empty_documents_are_counted() -> None:
 def test_recursive_pieces_are_exact_slices_even_with_repeats() -> None:
     from langchain_text_splitters import RecursiveCharacterTextSplitter
 
-    from convrag.synthesis.chunking import SEPARATORS
+    from convrag.synthesis.curation.chunking import SEPARATORS
 
     text = ("Alpha beta gamma. " * 6 + "\n\n" + "Delta epsilon, zeta eta theta.\nIota kappa. " * 4).strip()
     got = chunk_documents([("d", "", text)], "recursive", chunk_size=40, chunk_overlap=12)

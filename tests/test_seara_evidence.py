@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from convrag.audit.items import AuditDoc, AuditItem
-from convrag.errors import ConvragError, DataError
+from convrag.judging.items import AuditDoc, AuditItem
+from convrag.core.errors import ConvragError, DataError
 from convrag.seara.evidence import (
     EvidenceOracle,
     is_oracle_spec,

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from convrag.audit.items import AuditSet, load_items
-from convrag.audit.pooling import LLMRelevanceJudge, OracleJudge, item_qrels
+from convrag.judging.items import AuditSet, load_items
+from convrag.judging.pooling import LLMRelevanceJudge, OracleJudge, item_qrels
 from convrag.cli import main
 from convrag.llm import LLM, RetryPolicy, get_llm
 from convrag.llm.backends.fake import FakeBackend
 from convrag.llm.types import BackendError
 from convrag.metrics.retrieval.trec import read_qrels
 from convrag.retrievers import get_retriever
-from convrag.schema import QRELS
+from convrag.core.schema import QRELS
 from convrag.seara import (
     JudgeBudgetError,
     Judgment,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
-from convrag.errors import ConvragError
+from convrag.core.errors import ConvragError
 from convrag.metrics.pr_auc.compute import aggregate, score_chunks
 from convrag.seara.pool import PoolMismatchError
 from convrag.seara.report import (

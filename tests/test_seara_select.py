@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import convrag.llm as llm_module
-from convrag.audit.pooling import OracleJudge
+from convrag.judging.pooling import OracleJudge
 from convrag.cli import main
 from convrag.llm import LLM
 from convrag.llm.backends.fake import FakeBackend

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from convrag.audit.items import AuditDoc
+from convrag.judging.items import AuditDoc
 from convrag.seara.judge import as_item
 from convrag.seara.validation import (
     LengthBiasedOracleJudge,

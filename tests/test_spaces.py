@@ -247,7 +247,7 @@ def _space_imports(space: Path) -> list[tuple[str, str, bool]]:
 
 @pytest.mark.parametrize("name", FOLDERS)
 def test_assembled_space_imports_only_itself_and_its_requirements(name: str, spaces: dict[str, Path]) -> None:
-    from convrag.spaces import BROUGHT_BY
+    from convrag.hub.spaces import BROUGHT_BY
 
     space = spaces[name]
     meta = json.loads((space / ".convrag-space.json").read_text(encoding="utf-8"))

@@ -1,4 +1,4 @@
-"""Bootstrap intervals and paired tests of convrag.evaluation.stats."""
+"""Bootstrap intervals and paired tests of convrag.core.stats."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from convrag.evaluation.stats import bootstrap_ci, paired_test
+from convrag.core.stats import bootstrap_ci, paired_test
 
 
 def test_bootstrap_ci_is_seeded_and_brackets_the_mean():

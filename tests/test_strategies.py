@@ -7,12 +7,12 @@ from pathlib import Path
 import datasets
 import pytest
 
-from convrag.errors import ConvragError, DataError
-from convrag.export import export_benchmark
+from convrag.core.errors import ConvragError, DataError
+from convrag.hub.export import export_benchmark
 from convrag.llm import LLM, DiskCache, RetryPolicy
 from convrag.llm.backends.fake import FakeBackend
 from convrag.llm.types import BackendError
-from convrag.strategies import (
+from convrag.retrievers.strategies import (
     PAPER_STRATEGIES,
     ReasoningMetadata,
     RewriteError,

@@ -12,8 +12,8 @@ import pytest
 
 from convrag.builders import stratrag_rules as rules
 from convrag.builders.stratrag import RECORD_CONFIGS, VIEW_CONFIGS, StratRAG
-from convrag.errors import DataError
-from convrag.export import export_benchmark, read_manifest
+from convrag.core.errors import DataError
+from convrag.hub.export import export_benchmark, read_manifest
 
 from .conftest import DATA
 

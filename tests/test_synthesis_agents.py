@@ -9,21 +9,12 @@ from typing import Any
 
 import pytest
 
-from convrag.errors import ConvragError
+from convrag.core.errors import ConvragError
 from convrag.llm import LLM, RetryPolicy, load_prompt
 from convrag.llm.backends.fake import FakeBackend
 from convrag.llm.types import BackendError, LLMFailure, UnparsableReply
-from convrag.synthesis.agents import (
-    AgentError,
-    Doc,
-    Exchange,
-    Polisher,
-    Questioner,
-    Responder,
-    cut,
-    draw_documents,
-    rejection,
-)
+from convrag.synthesis.mtr.agents import Doc, Exchange, Polisher, Questioner, Responder, draw_documents, rejection
+from convrag.synthesis.engine.roles import AgentError, cut
 
 LIGHTHOUSE = (
     "The Bell Rock Lighthouse, off the coast of Angus, Scotland, is the world's oldest surviving sea-washed "
@@ -316,8 +307,8 @@ def _real_exchanges(n: int) -> list[Exchange]:
 
 
 def test_history_budget_cuts_oldest_turns_first_and_never_the_current_turn() -> None:
-    from convrag.synthesis.agents import history_cut_figures
-    from convrag.synthesis.tokens import count_tokens, history_cuts, keep_recent, prompt_tokens
+    from convrag.synthesis.mtr.agents import history_cut_figures
+    from convrag.synthesis.engine.tokens import count_tokens, history_cuts, keep_recent, prompt_tokens
 
     history = _real_exchanges(11)  # turn 12 of a conversation
     question, budget = "and what happened to the keepers after it was automated?", 500

@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from convrag.cli import main
-from convrag.errors import ConvragError
-from convrag.export import read_manifest
-from convrag.synthesis.assemble import (
+from convrag.core.errors import ConvragError
+from convrag.hub.export import read_manifest
+from convrag.synthesis.mtr.assemble import (
     INCOMPLETE,
     NO_TURN,
     ODD,
@@ -27,8 +27,8 @@ from convrag.synthesis.assemble import (
     split,
     turn_rows,
 )
-from convrag.synthesis.engine import StageContext
-from convrag.synthesis.records import write_shard
+from convrag.synthesis.engine.pipeline import StageContext
+from convrag.synthesis.engine.records import write_shard
 
 # topic -> (6 passages (title, text), 6 turns (original question, final question, answer, gold passage index))
 TOPICS: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str, str, int]]]] = {

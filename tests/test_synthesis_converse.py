@@ -17,16 +17,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from convrag.cli import main
-from convrag.errors import ConvragError
+from convrag.core.errors import ConvragError
 from convrag.llm import LLM, DiskCache, RetryPolicy
 from convrag.llm.backends.fake import FakeBackend
-from convrag.synthesis import converse as converse_module
-from convrag.synthesis import polish as polish_module
-from convrag.synthesis.assemble import Assemble
-from convrag.synthesis.converse import PROFILE_DEFAULTS, Converse
-from convrag.synthesis.engine import StageContext, write_json_atomic, write_table_atomic
-from convrag.synthesis.polish import Polish
-from convrag.synthesis.records import read_records
+from convrag.synthesis.mtr import converse as converse_module
+from convrag.synthesis.mtr import polish as polish_module
+from convrag.synthesis.mtr.assemble import Assemble
+from convrag.synthesis.mtr.converse import PROFILE_DEFAULTS, Converse
+from convrag.synthesis.engine.pipeline import StageContext, write_json_atomic, write_table_atomic
+from convrag.synthesis.mtr.polish import Polish
+from convrag.synthesis.engine.records import read_records
 
 from .mtr_bench_fixture import CLUSTERS
 
@@ -295,7 +295,7 @@ def test_prompt_budget_at_twelve_turns_with_real_texts() -> None:
     from convrag.llm.backends.llamacpp import default_gguf_path
     from convrag.llm.prompts import load_prompt
     from convrag.llm.structured import compact_schema, json_schema_for
-    from convrag.synthesis.agents import Doc, Exchange, Polisher, Questioner, QuestionReply, Responder
+    from convrag.synthesis.mtr.agents import Doc, Exchange, Polisher, Questioner, QuestionReply, Responder
 
     from .conftest import DATA
 

@@ -12,14 +12,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from convrag.cli import main
-from convrag.errors import ConvragError, DataError
-from convrag.synthesis.boilerplate import cut_tail
-from convrag.synthesis.chunking import Chunker, trim_chunk
-from convrag.synthesis.corpus_source import corpus_files, count_documents, iter_file
-from convrag.synthesis.curate import Curate
-from convrag.synthesis.engine import Pipeline
-from convrag.synthesis.shards import iter_shard, shard_files
-from convrag.synthesis.text import ngram_jaccard, shingles
+from convrag.core.errors import ConvragError, DataError
+from convrag.synthesis.curation.boilerplate import cut_tail
+from convrag.synthesis.curation.chunking import Chunker, trim_chunk
+from convrag.core.corpus import corpus_files, count_documents, iter_file
+from convrag.synthesis.curation.curate import Curate
+from convrag.synthesis.engine.pipeline import Pipeline
+from convrag.synthesis.engine.shards import iter_shard, shard_files
+from convrag.synthesis.curation.text import ngram_jaccard, shingles
 from tests.conftest import DATA
 
 _LETTERS = random.Random(0)

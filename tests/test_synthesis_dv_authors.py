@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from convrag.errors import ConvragError
-from convrag.synthesis.dv_aspects import Aspects
-from convrag.synthesis.dv_common import Tokens
-from convrag.synthesis.dv_turn_checks import lexical_distinctness, phrases, select_gold
-from convrag.synthesis.dv_turns import Turns
-from convrag.synthesis.recor_dv import recor_pipeline
+from convrag.core.errors import ConvragError
+from convrag.synthesis.recor.aspects import Aspects
+from convrag.synthesis.recor.common import Tokens
+from convrag.synthesis.recor.turn_checks import lexical_distinctness, phrases, select_gold
+from convrag.synthesis.recor.turns import Turns
+from convrag.synthesis.recor.pipeline import recor_pipeline
 from tests.dv_fixture import DOCUMENTS, REASONING, appendix_c_item
 from tests.dv_fixture_decompose import GOOD, extraction, judge_responder
 from tests.dv_fixture_turns import (

@@ -11,17 +11,17 @@ from typing import Any
 
 import pytest
 
-from convrag.errors import ConvragError
+from convrag.core.errors import ConvragError
 from convrag.llm import LLM, DiskCache, RetryPolicy, load_prompt
 from convrag.llm.backends.fake import FakeBackend
 from convrag.llm.types import BackendError, LLMError
-from convrag.synthesis import dv_common
-from convrag.synthesis.dv_align import Align
-from convrag.synthesis.dv_aspects import ASPECT_TYPES, Aspects, excerpt_from
-from convrag.synthesis.dv_common import Drop, Tokens
-from convrag.synthesis.dv_facts import Facts
-from convrag.synthesis.engine import Pipeline, StageContext, StageReport, write_json_atomic
-from convrag.synthesis.records import read_records, write_shard
+from convrag.synthesis.recor import common as dv_common
+from convrag.synthesis.recor.align import Align
+from convrag.synthesis.recor.aspects import ASPECT_TYPES, Aspects, excerpt_from
+from convrag.synthesis.recor.common import Drop, Tokens
+from convrag.synthesis.recor.facts import Facts
+from convrag.synthesis.engine.pipeline import Pipeline, StageContext, StageReport, write_json_atomic
+from convrag.synthesis.engine.records import read_records, write_shard
 
 from . import dv_fixture_decompose as fx
 from .dv_fixture import ANSWER, appendix_c_item

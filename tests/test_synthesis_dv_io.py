@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from convrag.cli import main
-from convrag.errors import ConvragError, DataError
-from convrag.export import export_benchmark
-from convrag.synthesis.dv_inputs import Load
-from convrag.synthesis.dv_release import NO_HISTORY, Release
-from convrag.synthesis.engine import Pipeline, StageReport, write_json_atomic
-from convrag.synthesis.records import read_records, write_shard
+from convrag.core.errors import ConvragError, DataError
+from convrag.hub.export import export_benchmark
+from convrag.synthesis.recor.inputs import Load
+from convrag.synthesis.recor.release import NO_HISTORY, Release
+from convrag.synthesis.engine.pipeline import Pipeline, StageReport, write_json_atomic
+from convrag.synthesis.engine.records import read_records, write_shard
 from tests.conftest import DATA
 from tests.dv_fixture import appendix_c_item
 

@@ -14,9 +14,9 @@ import tests.dv_fixture_decompose as decompose
 from convrag.cli import main
 from convrag.llm import LLM, DiskCache, RetryPolicy
 from convrag.llm.backends.fake import FakeBackend
-from convrag.synthesis import dv_common
-from convrag.synthesis.engine import StageContext
-from convrag.synthesis.records import read_records
+from convrag.synthesis.recor import common as dv_common
+from convrag.synthesis.engine.pipeline import StageContext
+from convrag.synthesis.engine.records import read_records
 from tests.dv_fixture import appendix_c_item
 from tests.dv_fixture_turns import EXPECTED_GOLD, EXPECTED_SCORES, QUERIES, appendix_c_responder
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from convrag.errors import ConvragError
+from convrag.core.errors import ConvragError
 from convrag.llm import LLM, DiskCache, RetryPolicy
 from convrag.llm.backends.fake import FakeBackend
 from convrag.llm.types import BackendError
-from convrag.synthesis import dv_common
-from convrag.synthesis.dv_common import Drop, Tokens
-from convrag.synthesis.dv_turn_agents import (
+from convrag.synthesis.recor import common as dv_common
+from convrag.synthesis.recor.common import Drop, Tokens
+from convrag.synthesis.recor.turn_agents import (
     Checker,
     QueryReply,
     document_score,
@@ -28,10 +28,10 @@ from convrag.synthesis.dv_turn_agents import (
     query_check,
     sentences,
 )
-from convrag.synthesis.dv_turn_checks import select_gold
-from convrag.synthesis.dv_turns import Turns, document_diversity, key_facts, parse_sentences, value_kind
-from convrag.synthesis.engine import Pipeline, StageContext, StageReport, write_json_atomic
-from convrag.synthesis.records import read_records, write_shard
+from convrag.synthesis.recor.turn_checks import select_gold
+from convrag.synthesis.recor.turns import Turns, document_diversity, key_facts, parse_sentences, value_kind
+from convrag.synthesis.engine.pipeline import Pipeline, StageContext, StageReport, write_json_atomic
+from convrag.synthesis.engine.records import read_records, write_shard
 from tests.dv_fixture import NEGATIVES
 from tests.dv_fixture_turns import (
     ANSWERS,

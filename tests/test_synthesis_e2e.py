@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from convrag.cli import main
-from convrag.synthesis.cluster import read_clusters
-from convrag.synthesis.shards import iter_shard, shard_files
-from convrag.synthesis.text import jaccard, shingles
+from convrag.synthesis.mtr.cluster import read_clusters
+from convrag.synthesis.engine.shards import iter_shard, shard_files
+from convrag.synthesis.curation.text import jaccard, shingles
 from tests.conftest import DATA
 
 pytestmark = pytest.mark.slow

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from convrag.errors import ConvragError
+from convrag.core.errors import ConvragError
 from convrag.llm.backends.fake import FakeBackend
 from convrag.llm.client import LLM
-from convrag.synthesis.engine import Estimate, Pipeline, StageContext, format_estimates, format_reports
-from convrag.synthesis.records import RecordStage, read_records, shard_meta
+from convrag.synthesis.engine.pipeline import Estimate, Pipeline, StageContext, format_estimates, format_reports
+from convrag.synthesis.engine.records import RecordStage, read_records, shard_meta
 
 TOPICS = ["basalt columns", "the Danube delta", "tidal locking", "Baroque organs", "lichen symbiosis",
           "the Hanseatic League", "permafrost thaw", "pulsar timing", "cuneiform tablets", "mangrove roots"]

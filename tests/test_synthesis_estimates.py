@@ -1,9 +1,9 @@
-"""Dry-run estimates of the MTR agents (``synthesis.mtr_estimate``): a paper-scale dry run in seconds, and estimates
+"""Dry-run estimates of the MTR agents (``synthesis.mtr.estimate``): a paper-scale dry run in seconds, and estimates
 made before a real run within 10% of the prompt tokens that run's reports measure, with the calls exact.
 
 The real runs talk over HTTP to a fake OpenAI-compatible server answering as chat models do, on real MTRAG passages.
 The server counts prompt tokens with the tokenizer and message framing the estimate uses
-(``synthesis.tokens.prompt_tokens``: all-MiniLM-L6-v2's WordPiece, 4 tokens per message, 3 per reply), so these tests
+(``synthesis.engine.tokens.prompt_tokens``: all-MiniLM-L6-v2's WordPiece, 4 tokens per message, 3 per reply), so these tests
 check the sample and the growth model; the slow test checks them against the embedded model's own counts.
 """
 
@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 
 from convrag.cli import main
-from convrag.synthesis.converse import DEFAULT_MAX_HISTORY_TOKENS
-from convrag.synthesis.engine import Estimate
-from convrag.synthesis.mtr import mtr_pipeline
-from convrag.synthesis.records import read_records
-from convrag.synthesis.tokens import count_tokens, prompt_tokens
+from convrag.synthesis.mtr.converse import DEFAULT_MAX_HISTORY_TOKENS
+from convrag.synthesis.engine.pipeline import Estimate
+from convrag.synthesis.mtr.pipeline import mtr_pipeline
+from convrag.synthesis.engine.records import read_records
+from convrag.synthesis.engine.tokens import count_tokens, prompt_tokens
 
 from .conftest import DATA
 from .test_llm_faults import FakeServer
@@ -178,9 +178,9 @@ def test_paper_scale_dry_run_takes_seconds(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_estimate_samples_are_seeded_and_fall_back_to_stand_ins(tmp_path: Path) -> None:
-    from convrag.synthesis.converse import Converse
-    from convrag.synthesis.engine import StageContext
-    from convrag.synthesis.mtr_estimate import TurnModel, sample_conversations
+    from convrag.synthesis.mtr.converse import Converse
+    from convrag.synthesis.engine.pipeline import StageContext
+    from convrag.synthesis.mtr.estimate import TurnModel, sample_conversations
 
     corpus = _write(tmp_path / "corpus.jsonl", _passages(700, 2000)[:40])
     ctx = StageContext(out=tmp_path / "out", folder=tmp_path / "out" / "converse", seed=0, progress=False)

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from convrag.cli import main
-from convrag.synthesis.records import read_records
+from convrag.synthesis.engine.records import read_records
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """Per-conversation pipelining (issue 33): the converse stage writes the same records as the turn-batched schedule
 whatever order replies come back in, and keeps an OpenAI-compatible server at ``--concurrency`` requests in flight
 while conversations remain, across shard boundaries; so do the polish stage and the D&V stages' item loop
-(``synthesis.schedule.overlap_shards``: its bound, order and failure rules are checked on their own too). A dead
+(``synthesis.engine.schedule.overlap_shards``: its bound, order and failure rules are checked on their own too). A dead
 endpoint still stops the run at once.
 
 Corpus: the paragraphs of the first 30 HotpotQA dev-distractor records (real texts, read in place), cut by hand
@@ -31,15 +31,16 @@ import pytest
 
 from convrag.cli import main
 from convrag.llm import EndpointUnreachable, LLMError, run_batch
-from convrag.synthesis import mtr
-from convrag.synthesis.agents import draw_documents
-from convrag.synthesis.converse import Converse, failure_reason, turn_record
-from convrag.synthesis.dv_common import Drop, DVStage, Outcome, Tokens
-from convrag.synthesis.engine import StageContext, write_json_atomic, write_table_atomic
-from convrag.synthesis.mtr import mtr_pipeline
-from convrag.synthesis.records import RecordStage, read_records, write_shard
-from convrag.synthesis.run_folder import claim_run_folder
-from convrag.synthesis.schedule import overlap_shards
+from convrag.synthesis.mtr import pipeline as mtr
+from convrag.synthesis.mtr.agents import draw_documents
+from convrag.synthesis.mtr.converse import Converse, turn_record
+from convrag.synthesis.engine.roles import failure_reason
+from convrag.synthesis.recor.common import Drop, DVStage, Outcome, Tokens
+from convrag.synthesis.engine.pipeline import StageContext, write_json_atomic, write_table_atomic
+from convrag.synthesis.mtr.pipeline import mtr_pipeline
+from convrag.synthesis.engine.records import RecordStage, read_records, write_shard
+from convrag.synthesis.engine.run_folder import claim_run_folder
+from convrag.synthesis.engine.schedule import overlap_shards
 
 from .conftest import DATA
 from .test_llm_faults import FakeServer

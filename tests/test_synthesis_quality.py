@@ -17,8 +17,8 @@ from tokenizers import Tokenizer, pre_tokenizers, processors, trainers
 from tokenizers import models as tok_models
 from transformers import BertConfig, BertForSequenceClassification, BertModel, PreTrainedTokenizerFast
 
-from convrag.errors import ConvragError
-from convrag.synthesis.quality import (
+from convrag.core.errors import ConvragError
+from convrag.synthesis.curation.quality import (
     CombinedScorer,
     FineWebEduScorer,
     HeuristicScorer,

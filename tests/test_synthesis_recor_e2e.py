@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from convrag.cli import main
-from convrag.synthesis.records import read_records
+from convrag.synthesis.engine.records import read_records
 from tests.conftest import DATA
 
 pytestmark = pytest.mark.slow

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from convrag.errors import ConvragError
-from convrag.synthesis.knn import knn_graph
-from convrag.synthesis.traversal import STAT_KEYS, greedy_traversal, merge_short_clusters, random_clusters
+from convrag.core.errors import ConvragError
+from convrag.synthesis.mtr.knn import knn_graph
+from convrag.synthesis.mtr.traversal import STAT_KEYS, greedy_traversal, merge_short_clusters, random_clusters
 
 # Hand-built graph, self at rank 0. np.random.default_rng(0).permutation(10) == [4 6 2 7 3 5 9 0 8 1].
 HAND = np.array([

@@ -20,9 +20,10 @@ import pytest
 import yaml
 from huggingface_hub.errors import HfHubHTTPError, HTTPError
 
-from convrag import export, out_folder
+from convrag.hub import export
+from convrag.core import out_folder
 from convrag.cli import main
-from convrag.export import EMPTY_CONFIGS, EMPTY_SPLITS, read_manifest
+from convrag.hub.export import EMPTY_CONFIGS, EMPTY_SPLITS, read_manifest
 
 from .conftest import DATA, REPO
 

@@ -22,9 +22,9 @@ import datasets
 import pytest
 
 from convrag.cli import main
-from convrag.errors import DataError
-from convrag.export import read_manifest
-from convrag.jsonl import read_json_records, read_text
+from convrag.core.errors import DataError
+from convrag.hub.export import read_manifest
+from convrag.core.jsonl import read_json_records, read_text
 
 from .conftest import DATA
 from .mtr_bench_fixture import CORPUS_SCHEMA, SCHEMA_12, write_fixture, write_table

@@ -18,10 +18,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from convrag.cli import main
-from convrag.evaluation.engine import placeholder_llm
-from convrag.evaluation.mtrag import check_submission
-from convrag.export import export_benchmark
-from convrag.provenance import local_path
+from convrag.llm.identity import placeholder_llm
+from convrag.benchmarks.mtrag.scoring import check_submission
+from convrag.hub.export import export_benchmark
+from convrag.core.provenance import local_path
 
 from .conftest import DATA, REPO
 

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from convrag.cli import main
-from convrag.evaluation.generation import render_tables
+from convrag.evaluate.generation import render_tables
 from convrag.llm import LLM, BackendError, EndpointUnreachable, RetryPolicy, get_llm, is_placeholder, run_batch
 from convrag.llm.backends.fake import FakeBackend
 from convrag.metrics.generation import judges as judges_module

@@ -23,7 +23,7 @@ import pytest
 
 from convrag.cli import main
 from convrag.metrics.generation.components import BertScorer
-from convrag.out_folder import OWNER_MARKER, claim_out
+from convrag.core.out_folder import OWNER_MARKER, claim_out
 
 from .test_generate import _build
 from .test_llm_faults import FakeServer

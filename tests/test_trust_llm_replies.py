@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from convrag.audit.mtr_eval import RatingReply
-from convrag.audit.verdict import judge_call, parse_rating
+from convrag.judging.mtr_eval import RatingReply
+from convrag.judging.verdict import judge_call, parse_rating
 from convrag.cli import main
 from convrag.llm import get_llm, load_prompt
 from convrag.llm.backends.openai_http import strict_schema

@@ -23,11 +23,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from convrag.cli import main
-from convrag.errors import EmptyResult
-from convrag.out_folder import OWNER_MARKER
-from convrag.synthesis.dv_release import Release
-from convrag.synthesis.engine import Pipeline, write_json_atomic
-from convrag.synthesis.records import read_records, write_shard
+from convrag.core.errors import EmptyResult
+from convrag.core.out_folder import OWNER_MARKER
+from convrag.synthesis.recor.release import Release
+from convrag.synthesis.engine.pipeline import Pipeline, write_json_atomic
+from convrag.synthesis.engine.records import read_records, write_shard
 
 from .mtr_bench_fixture import CLUSTERS
 from .test_llm_faults import FakeServer

@@ -9,34 +9,34 @@ import re
 from pathlib import Path
 from typing import Any
 
-from convrag.errors import ConvragError, EmptyResult
+from convrag.core.errors import ConvragError, EmptyResult
 
 
 def run_command(args: argparse.Namespace) -> int:
     """``convrag audit``: load every folder, judge (or estimate with ``--dry-run``), write and print the results.
 
-    ``--out`` is claimed (:func:`convrag.out_folder.claim_out`) before any judge call: never an audited folder or
+    ``--out`` is claimed (:func:`convrag.core.out_folder.claim_out`) before any judge call: never an audited folder or
     one holding it, never a folder of the user's own. When a requested dimension (or a ``--missed`` estimate) got
     no usable verdict, the outputs are written marked incomplete and :class:`EmptyResult` names what failed.
     Every output is written under a temporary name and renamed into place once all are written; summary.json's
     ``files`` lists them, and the outputs an earlier audit into the same folder listed and this one did not write
     are removed (nothing else in the folder is touched)."""
-    from convrag.audit.items import load_items
-    from convrag.audit.recor_judges_tables import apply_profile, domain_table
+    from convrag.judging.items import load_items
+    from convrag.benchmarks.recor.judges_tables import apply_profile, domain_table
     from convrag.audit.report import coverage, empty_dimensions, heatmap, render, summarize
     from convrag.audit.runner import estimate, make_judges, parse_dimensions, run_audit, write_verdicts
-    from convrag.hub import resolve_folder
+    from convrag.hub.repo import resolve_folder
     from convrag.llm.identity import describe
     from convrag.llm.spec import PLACEHOLDER_WARNING, REAL_MODEL_HINT, SPEC_ENV, is_placeholder
-    from convrag.out_folder import check_not_input, claim_out
-    from convrag.progress import wanted
-    from convrag.synthesis.engine import write_json_atomic
+    from convrag.core.out_folder import check_not_input, claim_out
+    from convrag.core.progress import wanted
+    from convrag.synthesis.engine.pipeline import write_json_atomic
 
     dimensions = parse_dimensions(args.dimensions)
     # completeness shows each item's whole candidate pool (the authors' reading) unless --profile convrag asks for
     # our earlier one (the gold and the first --negatives pool documents)
     whole_pool = getattr(args, "profile", "authors") != "convrag"
-    profile = getattr(args, "profile", "authors")  # RECOR judges' readings (convrag.audit.recor_judges_profile)
+    profile = getattr(args, "profile", "authors")  # RECOR judges' readings (convrag.judging.recor_profile)
     specs = args.judge or [os.environ.get(SPEC_ENV) or "default"]
     for flag, value in (("--concurrency", args.concurrency), ("--negatives", args.negatives),
                         ("--pool-depth", args.pool_depth)):
@@ -151,9 +151,9 @@ def _audit_missed(args: argparse.Namespace, sets: list, judges: list, out: Path,
                   staged: dict[str, Path]) -> dict[str, Any]:
     """The missed-relevant estimate of every folder with every judge: pool, judge, suspected qrels, rescoring
     (files staged as in :func:`_staged`)."""
-    from convrag.audit.missed import estimate_missed, rescore, write_suspected_qrels
-    from convrag.audit.pooling import LLMRelevanceJudge, pool
-    from convrag.jsonl import json_safe, write_jsonl_atomic
+    from convrag.judging.missed import estimate_missed, rescore, write_suspected_qrels
+    from convrag.judging.pooling import LLMRelevanceJudge, pool
+    from convrag.core.jsonl import json_safe, write_jsonl_atomic
 
     retrievers = [r.strip() for r in args.pool_retrievers.split(",") if r.strip()]
     result: dict[str, Any] = {}

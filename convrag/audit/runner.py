@@ -1,10 +1,10 @@
 """``convrag audit``: every judge of an ensemble over the turns of built benchmark folders.
 
 Dimensions (``--dimensions``; groups ``mtr-eval``, ``recor``, ``all``): MTR-Eval's ``completeness``,
-``query_evidence``, ``answer_faithfulness``, ``answer_quality`` (``convrag.audit.mtr_eval``, one call per item,
+``query_evidence``, ``answer_faithfulness``, ``answer_quality`` (``convrag.judging.mtr_eval``, one call per item,
 Q-E one per gold document) and RECOR's ``naturalness``, ``turn_coherence``, ``question_quality``,
 ``groundedness`` (one call per conversation for the four), ``dependency_type`` and ``question_pattern``
-(one call per turn; ``convrag.audit.recor_judges``).
+(one call per turn; ``convrag.judging.recor``).
 
 Each judge (an LLM spec) has its own cache folder, the judges run at the same time with up to ``concurrency``
 calls each in flight, and every verdict, rationale included, is one line of ``verdicts.jsonl``. A verdict that
@@ -28,15 +28,15 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from convrag.audit import mtr_eval, recor_judges
-from convrag.audit.items import AuditItem, AuditSet, conversations
-from convrag.audit.verdict import Verdict
-from convrag.errors import ConvragError
+from convrag.judging import mtr_eval, recor as recor_judges
+from convrag.judging.items import AuditItem, AuditSet, conversations
+from convrag.judging.verdict import Verdict
+from convrag.core.errors import ConvragError
 from convrag.llm import LLM, BatchResult, DiskCache, LLMError, RunStopped, default_cache_dir, get_llm, run_batch
 from convrag.llm.backends.fake import FakeBackend
 from convrag.llm.report import FREE_BACKENDS, load_prices, price_for
 from convrag.llm.spec import parse_spec
-from convrag.progress import label, scope
+from convrag.core.progress import label, scope
 
 CONVERSATION_DIMENSIONS = recor_judges.DIMENSIONS
 TURN_DIMENSIONS = {recor_judges.DEPENDENCY: "dependency", recor_judges.PATTERN: "pattern"}
@@ -79,8 +79,8 @@ def plan(audit_set: AuditSet, dimensions: Sequence[str], *, seed: int = 0, negat
          negative_retriever: str = "bm25", whole_pool: bool = True,
          profile: str = recor_judges.DEFAULT_PROFILE) -> list[Unit]:
     """Every judge task of one folder for the chosen dimensions, in a stable order (``whole_pool``: completeness
-    shows an item's whole candidate pool, see :mod:`convrag.audit.mtr_eval`; ``profile``: the readings of RECOR's
-    judges, see :mod:`convrag.audit.recor_judges_profile`)."""
+    shows an item's whole candidate pool, see :mod:`convrag.judging.mtr_eval`; ``profile``: the readings of RECOR's
+    judges, see :mod:`convrag.judging.recor_profile`)."""
     units: list[Unit] = []
     mtr_dims = [d for d in dimensions if d in mtr_eval.DIMENSIONS]
     if mtr_dims:

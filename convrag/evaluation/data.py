@@ -22,10 +22,10 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from convrag.errors import ConvragError, DataError, parquet_reason
-from convrag.evaluation.profile import EvaluationProfile, built_subsets, config_name
-from convrag.manifest import read_card
-from convrag.strategies import Turn, mtrag_turns, recor_turns
+from convrag.core.errors import ConvragError, DataError, parquet_reason
+from convrag.builders.profile import EvaluationProfile, built_subsets, config_name
+from convrag.core.manifest import read_card
+from convrag.retrievers.strategies import Turn, mtrag_turns, recor_turns
 
 SPLIT_PREFERENCE = ("test", "validation", "dev", "train")
 ALL = "all"
@@ -65,7 +65,7 @@ class Folder:
         self._sizes: dict[tuple[str, str], list[tuple[str, int]]] = {}
         block = data.get("convrag")
         aliases = block.get("aliases") if isinstance(block, dict) else None
-        #: mteb config names that repeat another config's files (see :mod:`convrag.mteb_layout`); skipped
+        #: mteb config names that repeat another config's files (see :mod:`convrag.hub.mteb_layout`); skipped
         self.aliases: dict[str, str] = dict(aliases) if isinstance(aliases, dict) else {}
         for entry in data.get("configs") or []:
             if isinstance(entry, dict) and entry.get("config_name") in self.aliases:
@@ -251,8 +251,6 @@ def read_turns(folder: Folder, profile: EvaluationProfile, subset: str, split: s
     """Turns of one subset, by the profile's reader (see :class:`EvaluationProfile`)."""
     config = config_name(profile.turns, subset)
     if profile.reader == "recor":
-        from convrag.evaluation.recor import aspect_count
-
         conv_config = config_name(profile.conversations or "", subset)
         conversations = folder.checked_rows(conv_config, split, {"conversation_id": (str, int), "turns": list})
         aspects = {str(c["conversation_id"]): aspect_count(c) for c in conversations}
@@ -429,3 +427,18 @@ def _pools(folder: Folder, profile: EvaluationProfile, data: BenchmarkData) -> d
     if missing:
         raise DataError(f"{len(missing)} queries have no pool (first: {missing[0]!r})", str(folder.path))
     return pools
+
+
+ASPECT_KEYS = ("num_aspects", "aspect_count", "aspects")
+
+
+def aspect_count(conversation: Mapping[str, Any]) -> int | None:
+    """Number of semantic aspects of a conversation, if its row (or its metadata) carries one."""
+    for where in (conversation, conversation.get("metadata") or {}):
+        for key in ASPECT_KEYS:
+            value = where.get(key) if isinstance(where, Mapping) else None
+            if isinstance(value, (list, tuple)):
+                return len(value)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+    return None

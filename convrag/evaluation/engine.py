@@ -2,7 +2,7 @@
 
 turns (history, gold documents, labels) -> query strategies -> retrievers over each subset's corpus (or each
 turn's pool) -> per-turn scores -> the profile's aggregation -> the profile's tables, plots and runs.
-Nothing here knows a benchmark by name: what differs is the :class:`~convrag.evaluation.profile.EvaluationProfile`
+Nothing here knows a benchmark by name: what differs is the :class:`~convrag.builders.profile.EvaluationProfile`
 the builder declared (read from the folder's README).
 
 Per-turn scores follow ``convrag.metrics.retrieval`` (trec_eval semantics). A turn whose subset has no
@@ -30,15 +30,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from convrag.errors import ConvragError, DataError
+from convrag.core.errors import ConvragError, DataError
 from convrag.evaluation.data import BenchmarkData, Corpora, load_benchmark
-from convrag.evaluation.profile import EvaluationProfile
+from convrag.builders.profile import EvaluationProfile
 from convrag.evaluation.rerank import cut, load_stages, merge_notes, timed
 from convrag.evaluation.rerank import llm_note as rerank_note
 from convrag.metrics.retrieval.compute import score_run
-from convrag.progress import scope as progress_scope
+from convrag.core.progress import scope as progress_scope
 from convrag.retrievers import get_retriever
-from convrag.strategies import format_queries, get_strategy
+from convrag.retrievers.strategies import format_queries, get_strategy
 
 Run = dict[str, dict[str, float]]
 HISTORY_STRATEGIES = ("history", "history+reasoning", "dialogue", "dialogue+rewrite", "rewrite", "llm-rewrite")
@@ -206,21 +206,11 @@ def check_external(ext: External, data: BenchmarkData, complete: Mapping[str, bo
     return out
 
 
-def placeholder_llm(spec: str) -> str | None:
-    """What a model that only shows the plumbing is (the embedded SmolLM2-135M, see
-    ``convrag.llm.is_placeholder``; the fake echo backend), or None for a real model."""
-    from convrag.llm.spec import PLACEHOLDER_MODEL, is_placeholder  # the LLM layer only where an LLM is named
-
-    if is_placeholder(spec):
-        return f"the embedded {PLACEHOLDER_MODEL} placeholder"
-    if spec.split(";")[0].strip().partition(":")[0].strip().lower() == "fake":
-        return "the fake echo backend"
-    return None
-
-
 def llm_note(spec: str, strategies: Sequence[str]) -> dict[str, Any]:
     """The LLM of the LLM-based strategies, whether it is a placeholder, and the one-line note every table
     carries (a warning with what to do for a placeholder)."""
+    from convrag.llm.identity import placeholder_llm  # the LLM layer only where an LLM is named
+
     placeholder = placeholder_llm(spec)
     names = ("query strategies " if len(strategies) > 1 else "query strategy ") + ", ".join(strategies)
     uses = "use" if len(strategies) > 1 else "uses"

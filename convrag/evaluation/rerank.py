@@ -5,10 +5,10 @@ Spec: ``[NAME=]KIND[:TARGET]@K``.
 
 * ``cross-encoder:PATH_OR_NAME@K`` (alias ``ce:``; system suffix ``ce``): a sentence-transformers
   ``CrossEncoder`` loaded offline from a folder, or a Hub name already in the local Hugging Face cache
-  (SEARA's :class:`~convrag.seara.rerank.CrossEncoderReranker`: the top K sorted by score descending, ties by
+  (SEARA's :class:`~convrag.retrievers.llm_rerank.CrossEncoderReranker`: the top K sorted by score descending, ties by
   first-stage rank).
 * ``llm@K`` or ``llm:LLM_SPEC@K`` (suffix ``llm``): SEARA's sliding-window listwise reranker
-  (:class:`~convrag.seara.rerank.ListwiseReranker`, window 20, stride 10) through the LLM layer; ``llm@K`` uses
+  (:class:`~convrag.retrievers.llm_rerank.ListwiseReranker`, window 20, stride 10) through the LLM layer; ``llm@K`` uses
   ``--llm`` (else ``$CONVRAG_LLM``, else the embedded placeholder). An LLM spec may itself hold ``@URL``: K is the
   number after the last ``@``.
 
@@ -22,7 +22,7 @@ ranking of n documents is ``n - r + 1``. The reranker reads the same query text 
 
 Cross-encoder scores are kept on disk per (query text, document text) pair: under ``$CONVRAG_RERANK_CACHE``,
 else ``$CONVRAG_CACHE_DIR/rerank``, else ``~/.cache/convrag/rerank`` (``none`` or ``off``: no cache), in a folder
-keyed by the model's files (:func:`convrag.embed.model_identity`, not its path) and ``max_length``; only pairs not
+keyed by the model's files (:func:`convrag.retrievers.embed.model_identity`, not its path) and ``max_length``; only pairs not
 found there are scored. A file that cannot be read is ignored with a ``CacheWarning`` and its pairs scored again.
 LLM replies are cached by the LLM layer's own cache (keyed by model, prompt and parameters).
 """
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from convrag.errors import ConvragError
+from convrag.core.errors import ConvragError
 
 Run = dict[str, dict[str, float]]
 CACHE_ENV = "CONVRAG_RERANK_CACHE"
@@ -82,7 +82,7 @@ def _model_folder(target: str) -> Path | None:
 def parse_rerank(value: str) -> RerankSpec:
     """Read one ``--rerank`` value (module docstring); checks the depth, the kind, the model folder (or cached Hub
     name) and the LLM spec, without loading anything (``ConvragError`` naming the value)."""
-    from convrag.arguments import NAME_EQ
+    from convrag.core.options import NAME_EQ
 
     named = NAME_EQ.match(value.strip())
     name, body = (named.group(1), named.group(2)) if named else (None, value.strip())
@@ -162,7 +162,7 @@ class ScoreCache:
                     stored = json.loads(path.read_text(encoding="utf-8"))["scores"]
                     self._scores.update({str(k): float(v) for k, v in stored.items()})
                 except (OSError, ValueError, TypeError, KeyError, AttributeError) as err:
-                    from convrag.embed import CacheWarning
+                    from convrag.retrievers.embed import CacheWarning
 
                     warnings.warn(f"rerank cache file {path} is not used ({type(err).__name__}): its pairs are scored "
                                   "again", CacheWarning, stacklevel=2)  # fmt: skip
@@ -227,8 +227,8 @@ class Stage:
 def load_stages(specs: Sequence[RerankSpec | str], llm: Any = None, device: str | None = None) -> list[Stage]:
     """Load every reranker (models, LLM clients) before any retrieval; ``llm``: the evaluation's LLM or spec, used
     by ``llm@K``."""
-    from convrag.embed import model_identity
-    from convrag.seara.rerank import CrossEncoderReranker, ListwiseReranker
+    from convrag.retrievers.embed import model_identity
+    from convrag.retrievers.llm_rerank import CrossEncoderReranker, ListwiseReranker
 
     stages = []
     for spec in specs:
@@ -291,7 +291,7 @@ def rerank_runs(stage: Stage, runs: Mapping[str, Mapping[str, Run]], texts: Mapp
 def llm_note(stages: Sequence[Stage], retrievers: Sequence[str]) -> dict[str, Any] | None:
     """The LLM behind the listwise rerankers, as the engine's note for LLM strategies (a warning for a
     placeholder); None without an LLM reranker."""
-    from convrag.evaluation.engine import placeholder_llm
+    from convrag.llm.identity import placeholder_llm
 
     parts, placeholder = [], None
     for st in stages:

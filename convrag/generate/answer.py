@@ -4,7 +4,7 @@
 * The history keeps the most recent messages whose texts fit in ``history_chars`` characters (older ones are
   dropped; a single newest message longer than the budget keeps its end). The current question is never cut.
 * Sampling: greedy (temperature 0), ``max_tokens`` (default 300), seed 0. Reasoning before a ``</think>`` tag is
-  removed from the reply (:func:`convrag.synthesis.agents.strip_reasoning`).
+  removed from the reply (:func:`convrag.llm.replies.strip_reasoning`).
 * An item gets no answer, listed in ``GenerationResult.failures`` with the reason and counted by kind, never
   filled in, when its call fails after the LLM layer's retries (``failed call``), when the reply is empty or
   white space only (``empty reply``), or when nothing is left after the reasoning (``reasoning-only reply``: a
@@ -112,7 +112,7 @@ _ANSWER_LABEL = re.compile(r"^\**\s*answer\s*\**\s*:\s*\**", re.I)
 def answer_text(completion: Completion, max_tokens: int) -> str:
     """The answer in a reply: the text after the reasoning, a leading echoed "Answer:" label removed, stripped;
     :class:`NoAnswer` when nothing is left."""
-    from convrag.synthesis.agents import strip_reasoning
+    from convrag.llm.replies import strip_reasoning
 
     text = _ANSWER_LABEL.sub("", strip_reasoning(completion.text).strip(), count=1).strip()
     if text:

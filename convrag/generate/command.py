@@ -27,7 +27,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from convrag.errors import ConvragError, EmptyResult
+from convrag.core.errors import ConvragError, EmptyResult
 
 _SECRET_IN_URL = re.compile(r"//[^/@\s]+@")
 
@@ -53,7 +53,7 @@ def make_llm(spec: str, cache: str | os.PathLike, concurrency: int) -> Any:
 def answer_prompt(profile: Any, choice: str) -> str:
     """The generator prompt: ``gen_recor_answer`` for a RECOR folder (evaluation report kind ``recor``) under the
     ``authors`` profile, else MTRAG's ``rag_answer``."""
-    from convrag.evaluation.recor_generation_profile import ANSWER_PROMPTS, get_profile
+    from convrag.benchmarks.recor.generation_profile import ANSWER_PROMPTS, get_profile
 
     return ANSWER_PROMPTS[get_profile(choice).name] if profile.report == "recor" else "rag_answer"
 
@@ -112,13 +112,13 @@ def _check_args(args: argparse.Namespace) -> Path:
             raise ConvragError(f"{flag} must be at least {0 if flag == '--history-chars' else 1}, got {value}")
     if args.temperature < 0:
         raise ConvragError(f"--temperature must be at least 0, got {args.temperature}")
-    from convrag.hub import resolve_folder
+    from convrag.hub.repo import resolve_folder
 
     args.folder = str(resolve_folder(args.folder))  # a Hub repo id -> its cached snapshot
     if not Path(args.folder).is_dir():
         raise ConvragError(f"{args.folder}: no such folder (give a folder written by `convrag build`)")
     if args.out is None:
-        from convrag.arguments import default_out
+        from convrag.hub.naming import default_out
         from convrag.metrics.retrieval.trec import safe_token
 
         source = (args.retriever or (Path(args.run).stem if args.run else None)) if args.mode == "retrieved" else None
@@ -147,7 +147,7 @@ def _earlier_report(path: Path, out: Path) -> dict[str, Any] | None:
 def _check_outputs(args: argparse.Namespace, out: Path) -> dict[str, Any] | None:
     """Refuse outputs that are inputs, and existing files that are not earlier outputs of this command; returns the
     earlier report (:func:`_earlier_report`), or None."""
-    from convrag.out_folder import check_not_input
+    from convrag.core.out_folder import check_not_input
 
     base = stem(out)
     inputs = [args.folder, args.run]
@@ -173,17 +173,18 @@ def _check_outputs(args: argparse.Namespace, out: Path) -> dict[str, Any] | None
 
 def run_command(args: argparse.Namespace) -> int:
     """``convrag generate``: collect the items, answer them, write the answers, the report and the run."""
-    from convrag.arguments import check_retrievers, check_strategies
-    from convrag.evaluation.profile import profile_of
+    from convrag.retrievers.strategies import check_strategies
+    from convrag.retrievers.registry import check_retrievers
+    from convrag.builders.profile import profile_of
     from convrag.generate.answer import generate_answers, judge_line, mtrag_line
     from convrag.generate.tasks import collect_items
-    from convrag.jsonl import write_jsonl_atomic
+    from convrag.core.jsonl import write_jsonl_atomic
     from convrag.llm.spec import SPEC_ENV, is_placeholder
-    from convrag.manifest import read_manifest
+    from convrag.core.manifest import read_manifest
     from convrag.metrics.retrieval.trec import safe_token, write_run
-    from convrag.progress import label as bar_label
-    from convrag.progress import scope, wanted
-    from convrag.synthesis.engine import write_json_atomic
+    from convrag.core.progress import label as bar_label
+    from convrag.core.progress import scope, wanted
+    from convrag.synthesis.engine.pipeline import write_json_atomic
 
     out = _check_args(args)
     earlier = _check_outputs(args, out)

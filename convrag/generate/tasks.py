@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from convrag.errors import ConvragError, DataError
+from convrag.core.errors import ConvragError, DataError
 from convrag.evaluation.data import BenchmarkData, Folder, load_benchmark
-from convrag.evaluation.profile import EvaluationProfile
+from convrag.builders.profile import EvaluationProfile
 
 MODES = ("oracle", "retrieved", "none")
 ROLES = {"user": "user", "agent": "assistant", "assistant": "assistant", "system": "system"}
@@ -101,7 +101,7 @@ def collect_items(folder: str | os.PathLike, profile: EvaluationProfile, mode: s
     info: dict[str, Any] = {"scheme": scheme, "mode": mode, "k": k if mode == "retrieved" else None}
     data: BenchmarkData | None = None
     if scheme == "mtrag":
-        from convrag.evaluation.mtrag import MAX_CONTEXTS
+        from convrag.benchmarks.mtrag.scoring import MAX_CONTEXTS
 
         if mode == "retrieved" and k > MAX_CONTEXTS:
             raise ConvragError(f"--k {k}: an MTRAG submission line holds at most {MAX_CONTEXTS} contexts")
@@ -203,7 +203,7 @@ def _attach_rankings(collected: Collected, data: BenchmarkData, profile: Evaluat
         collected.info.update(run=str(run_file))
     subset_of = {normalize(t.qid): t.domain for t in data.turns}
     index = _corpus_index(data)
-    from convrag.evaluation.mtrag import ranked
+    from convrag.benchmarks.mtrag.scoring import ranked
 
     for item in collected.items:
         key = normalize(item.task_id)
@@ -237,12 +237,12 @@ def read_run_file(path: str, data: BenchmarkData, profile: EvaluationProfile) ->
     """A TREC run file, or (MTRAG) an official submission ``.jsonl`` such as ``convrag evaluate`` writes, checked
     against the benchmark: ``{subset: {query id: {document id: score}}}`` with subset-local document ids."""
     from convrag.evaluation.engine import check_external
-    from convrag.evaluation.report import _external
+    from convrag.benchmarks.runs import read_external
 
     if not Path(path).is_file():
         raise ConvragError(f"--run {path}: no such file")
     kind = "submission" if profile.submission and path.endswith(".jsonl") else "run"
-    ext = _external("run", kind, path, profile, data)
+    ext = read_external("run", kind, path, profile, data)
     # every ranked document must be in the built corpus: the model reads its text
     return check_external(ext, data, {s: True for s in data.subsets}, _normalizer(profile))
 

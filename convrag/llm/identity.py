@@ -90,3 +90,13 @@ def describe_all(specs: list[str | LLM | None]) -> list[ModelIdentity]:
         ident = describe(s)
         seen.setdefault(ident.spec, ident)
     return list(seen.values())
+
+
+def placeholder_llm(spec: str) -> str | None:
+    """What a model that only shows the plumbing is (the embedded SmolLM2-135M, see
+    ``convrag.llm.is_placeholder``; the fake echo backend), or None for a real model."""
+    if is_placeholder(spec):
+        return f"the embedded {PLACEHOLDER_MODEL} placeholder"
+    if spec.split(";")[0].strip().partition(":")[0].strip().lower() == "fake":
+        return "the fake echo backend"
+    return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from convrag.errors import ConvragError
+from convrag.core.errors import ConvragError
 
 Message = dict[str, str]
 """One chat message: ``{"role": "system"|"user"|"assistant", "content": "..."}``."""

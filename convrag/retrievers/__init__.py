@@ -23,6 +23,10 @@ from convrag.retrievers.registry import (
     split_specs,
 )
 
+for _builtin in (RandomRetriever, BM25Retriever, BM25SRetriever, DenseRetriever, HybridRetriever, RRFRetriever,
+             DualEncoderRetriever):
+    register_retriever(_builtin)
+
 __all__ = [
     "RETRIEVERS",
     "BM25Retriever",

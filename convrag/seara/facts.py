@@ -40,7 +40,7 @@ from pydantic import BaseModel, Field
 
 from convrag.llm import LLM, load_prompt, run_batch
 from convrag.llm.types import EndpointUnreachable, LLMFailure, UnparsableReply
-from convrag.seara.rewrite import limit_of, list_reply
+from convrag.retrievers.llm_rewrite import limit_of, list_reply
 
 DEFAULT_THETA = 0.9
 DEFAULT_IOU = 0.5

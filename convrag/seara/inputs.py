@@ -2,11 +2,11 @@
 
 * Corpus: a JSONL / JSONL.gz / Parquet file or folder of them (``_id`` or ``id``, ``text``, optional ``title``),
   or a folder written by ``convrag build`` (its ``corpus`` config, or ``corpus_config``); read by
-  :mod:`convrag.synthesis.corpus_source`, which checks ids, types, empty texts and UTF-8 with file and line.
+  :mod:`convrag.core.corpus`, which checks ids, types, empty texts and UTF-8 with file and line.
 * Queries: a ``.txt`` file (one query per non-blank line, ids ``q1``, ``q2``, ... by line number), a JSONL file
   (``_id`` or ``id``, ``text``, optional ``history``: a string or a list of ``{role, content}`` messages), or a
   built benchmark folder (its query configs, read as ``convrag evaluate`` reads them; its qrels are not used).
-  Multi-turn queries become text through a query strategy of :mod:`convrag.strategies` (``baseline``: the
+  Multi-turn queries become text through a query strategy of :mod:`convrag.retrievers.strategies` (``baseline``: the
   current question; ``history``, ``rewrite``, ...).
 """
 
@@ -17,16 +17,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from convrag.errors import ConvragError, DataError
-from convrag.jsonl import iter_jsonl, text_lines
-from convrag.strategies import Turn, format_queries
+from convrag.core.errors import ConvragError, DataError
+from convrag.core.jsonl import iter_jsonl, text_lines
+from convrag.retrievers.strategies import Turn, format_queries
 
 Document = tuple[str, str, str]
 
 
 def read_corpus(source: str | os.PathLike, config: str | None = None) -> list[Document]:
     """``[(doc_id, title, text), ...]`` of every document, in file order; ids unique across files."""
-    from convrag.synthesis.corpus_source import corpus_files, iter_file
+    from convrag.core.corpus import corpus_files, iter_file
 
     files = corpus_files(source, config)
     seen: dict[str, str] = {}
@@ -64,14 +64,14 @@ def _jsonl_turn(obj: dict[str, Any], path: str, line: int) -> Turn:
 
 
 def read_turns(source: str | os.PathLike, split: str | None = None) -> list[Turn]:
-    """The queries of ``source`` (module docstring) as :class:`~convrag.strategies.Turn` objects."""
+    """The queries of ``source`` (module docstring) as :class:`~convrag.retrievers.strategies.Turn` objects."""
     path = Path(source)
     if not path.exists():
         raise ConvragError(f"{path}: no such queries file or folder (give .txt, .jsonl or a built folder)")
     if path.is_dir():
         from convrag.evaluation.data import load_benchmark
-        from convrag.evaluation.profile import profile_of
-        from convrag.manifest import read_manifest
+        from convrag.builders.profile import profile_of
+        from convrag.core.manifest import read_manifest
 
         manifest = read_manifest(path)
         turns = load_benchmark(path, profile_of(manifest, source=str(path / "README.md")), split=split).turns
@@ -92,5 +92,5 @@ def read_turns(source: str | os.PathLike, split: str | None = None) -> list[Turn
 
 def query_texts(turns: list[Turn], strategy: str = "baseline", llm: Any = None,
                 progress: bool = False) -> dict[str, str]:
-    """``{query_id: text}`` by a :mod:`convrag.strategies` strategy; a failed LLM rewrite is an error (listed)."""
+    """``{query_id: text}`` by a :mod:`convrag.retrievers.strategies` strategy; a failed LLM rewrite is an error (listed)."""
     return dict(format_queries(strategy, turns, llm=llm, progress=progress).texts)

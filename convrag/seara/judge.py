@@ -3,11 +3,11 @@
 Definitions (the SEARA memo (``shared/reference/seara.md``) sections 4.4 and 6.3):
 
 * **grade**: UMBRELA-style 0-3 (0 unrelated, 1 related, 2 partial or buried answer, 3 answers); relevant at
-  grade >= 2 (:data:`convrag.audit.pooling.RELEVANT_CUTOFF`, ``trec_eval -l 2``). The judge is the audit's
-  :class:`~convrag.audit.pooling.LLMRelevanceJudge` with its prompt ``audit_relevance_graded`` (reused as is:
+  grade >= 2 (:data:`convrag.judging.pooling.RELEVANT_CUTOFF`, ``trec_eval -l 2``). The judge is the audit's
+  :class:`~convrag.judging.pooling.LLMRelevanceJudge` with its prompt ``audit_relevance_graded`` (reused as is:
   the query, an optional conversation summary and the chunk; structured ``{rationale, grade}`` where the backend
-  constrains decoding, else a "Rating: N" line read by :func:`~convrag.audit.pooling.parse_grade`). Any
-  :class:`~convrag.audit.pooling.RelevanceJudge` works, oracles included;
+  constrains decoding, else a "Rating: N" line read by :func:`~convrag.judging.pooling.parse_grade`). Any
+  :class:`~convrag.judging.pooling.RelevanceJudge` works, oracles included;
 * **judging key**: what the judge sees. For an LLM judge, the SHA-256 of its rendered messages: identical
   (query, history, chunk text) reached through different chunk ids, chunkings or configurations are judged
   once and the verdict is shared. A judge may define ``judging_key(item, doc)``; any other judge (oracles,
@@ -23,7 +23,7 @@ Definitions (the SEARA memo (``shared/reference/seara.md``) sections 4.4 and 6.3
   it is counted by reason, listed per pair, left out of the pseudo-qrels and never turned into a grade. Score
   with ``metrics/pr_auc`` ``unjudged="nonrelevant"`` only knowingly (it reads them as grade 0), or re-judge;
 * **calibration** (:func:`calibrate`, no extra calls): the judge's verdicts against existing labels on the
-  judged pairs that carry one, as :class:`convrag.audit.missed.Calibration` (sensitivity; with explicit
+  judged pairs that carry one, as :class:`convrag.judging.missed.Calibration` (sensitivity; with explicit
   negatives or ``complete=True`` also specificity and Cohen's kappa at the cut-off). To calibrate on labelled
   pairs outside the pool, judge them with :func:`judge_pairs` first.
 """
@@ -36,16 +36,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from convrag.audit.items import AuditDoc, AuditItem
-from convrag.audit.missed import Calibration
-from convrag.audit.pooling import RELEVANT_CUTOFF, GradedRelevance, LLMRelevanceJudge, RelevanceJudge
-from convrag.audit.verdict import failure_kind
-from convrag.errors import ConvragError
+from convrag.judging.items import AuditDoc, AuditItem
+from convrag.judging.missed import Calibration
+from convrag.judging.pooling import RELEVANT_CUTOFF, GradedRelevance, LLMRelevanceJudge, RelevanceJudge
+from convrag.judging.verdict import failure_kind
+from convrag.core.errors import ConvragError
 from convrag.llm import LLM, LLMError, run_batch
 from convrag.llm.cache import canonical_json
 from convrag.llm.report import FREE_BACKENDS
 from convrag.seara.pool import Pool
-from convrag.synthesis.engine import Estimate
+from convrag.synthesis.engine.pipeline import Estimate
 
 Query = str | AuditItem
 Chunk = str | AuditDoc

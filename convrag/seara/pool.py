@@ -5,7 +5,7 @@ Definitions (the SEARA memo (``shared/reference/seara.md``) section 2.1 and 6.3)
 * a configuration's list for query q is its ranking cut at depth ``K`` (duplicates are an error upstream:
   rankings come from retrievers, which never repeat an id);
 * the pool ``P_q`` is the union of those lists. Its order is deterministic and the one of
-  :func:`convrag.audit.pooling.pool_runs`, which builds it: best rank any configuration gave, then the number of
+  :func:`convrag.judging.pooling.pool_runs`, which builds it: best rank any configuration gave, then the number of
   configurations that retrieved the chunk (more first), then chunk id. Each pooled chunk keeps its 1-based rank
   in every configuration that retrieved it;
 * the **pool signature** is ``pool-`` + the first 16 hex digits of the SHA-256 of the canonical JSON of (sorted
@@ -27,8 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from convrag.audit.pooling import PooledDoc, pool_runs
-from convrag.errors import ConvragError
+from convrag.judging.pooling import PooledDoc, pool_runs
+from convrag.core.errors import ConvragError
 from convrag.llm.cache import canonical_json
 
 Ranking = Mapping[str, float] | Sequence[str]

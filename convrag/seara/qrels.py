@@ -1,6 +1,6 @@
 """Writing and reading pseudo-qrels: the built ``qrels`` layout (Parquet or JSONL) and TREC qrels.
 
-* qrels layout: the columns of :data:`convrag.schema.QRELS`, ``query-id`` (string), ``corpus-id`` (string),
+* qrels layout: the columns of :data:`convrag.core.schema.QRELS`, ``query-id`` (string), ``corpus-id`` (string),
   ``score`` (int32, the judge's grade 0-3), then judge metadata ``judge`` and ``rationale`` (``metadata=False``
   leaves them out). One row per judged pair, grade 0 rows included; failed judgments are not written (they are
   in the summary). Parquet is written through ``datasets`` so the file carries the Features, as a built
@@ -23,10 +23,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from convrag.errors import DataError
-from convrag.jsonl import json_safe, read_jsonl
+from convrag.core.errors import DataError
+from convrag.core.jsonl import json_safe, read_jsonl
 from convrag.metrics.retrieval.trec import write_qrels
-from convrag.schema import QRELS, with_extra
+from convrag.core.schema import QRELS, with_extra
 from convrag.seara.judge import PseudoQrels
 
 QRELS_CONFIG = "pseudo-qrels"

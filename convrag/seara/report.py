@@ -27,7 +27,7 @@ import yaml
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from convrag.errors import ConvragError
+from convrag.core.errors import ConvragError
 from convrag.seara.pool import same_pool
 from convrag.seara.stats import BootstrapResult
 
@@ -153,7 +153,7 @@ def leaderboard(results: Mapping[str, Mapping[str, Any]], *, bootstrap: Bootstra
     """The markdown leaderboard of one pool (:func:`leaderboard_rows`) with the notes under it: the judge that made
     the pseudo-qrels (``judge``: :func:`judge_identity`; a placeholder warning when it is the embedded model),
     queries, those excluded (R' = 0), pool signature, the pool-relative recall caveat, the judge ``calibration`` if
-    given (a :class:`convrag.audit.missed.Calibration`, a mapping of figures, or text) and any extra ``notes``."""
+    given (a :class:`convrag.judging.missed.Calibration`, a mapping of figures, or text) and any extra ``notes``."""
     signature, rows = leaderboard_rows(results, bootstrap=bootstrap, judge_calls=judge_calls, costs=costs,
                                        facts=facts, fact_bootstrap=fact_bootstrap, headline=headline)
     level = f"{1 - bootstrap.alpha:.0%} CI" if bootstrap is not None else "no CI"

@@ -3,10 +3,10 @@
 Work is shared and kept: chunks per (chunking, filter), one index per (chunking, filter, retrieval), lists per
 (configuration, query). A configuration's list for a query is its top-``depth`` chunk ids:
 
-* ``rewriter: none``: the retriever's ranking; ``llm``: :class:`convrag.seara.rewrite.QueryRewriter` (the original
+* ``rewriter: none``: the retriever's ranking; ``llm``: :class:`convrag.retrievers.llm_rewrite.QueryRewriter` (the original
   query and up to ``n_queries`` LLM variants, each searched ``depth_each`` deep, fused by RRF);
-* ``reranker: none``: unchanged; ``llm``: :class:`convrag.seara.rerank.ListwiseReranker` over the top ``depth``
-  (option, default max(K, window)); ``cross-encoder``: :class:`convrag.seara.rerank.CrossEncoderReranker`.
+* ``reranker: none``: unchanged; ``llm``: :class:`convrag.retrievers.llm_rerank.ListwiseReranker` over the top ``depth``
+  (option, default max(K, window)); ``cross-encoder``: :class:`convrag.retrievers.llm_rerank.CrossEncoderReranker`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from convrag.errors import ConvragError
-from convrag.progress import scope
+from convrag.core.errors import ConvragError
+from convrag.core.progress import scope
 from convrag.seara.chunking import ChunkingReport, chunk_documents, filter_chunks
 from convrag.seara.facts import Chunk
 from convrag.seara.inputs import Document
@@ -96,18 +96,18 @@ class Runner:
         if key not in self._components:
             p = option.params
             if option.dimension == "rewriter":
-                from convrag.seara.rewrite import QueryRewriter
+                from convrag.retrievers.llm_rewrite import QueryRewriter
 
                 made: Any = QueryRewriter(self.llm(p.get("model")), n_queries=int(p.get("n_queries", 4)),
                                           depth_each=int(p.get("depth_each", self.space.depth)),
                                           rrf_k=int(p.get("rrf_k", 60)))  # fmt: skip
             elif option.kind == "llm":
-                from convrag.seara.rerank import ListwiseReranker
+                from convrag.retrievers.llm_rerank import ListwiseReranker
 
                 made = ListwiseReranker(self.llm(p.get("model")), window=int(p.get("window", 20)),
                                         stride=int(p.get("stride", 10)), doc_chars=int(p.get("doc_chars", 500)))
             else:
-                from convrag.seara.rerank import CrossEncoderReranker
+                from convrag.retrievers.llm_rerank import CrossEncoderReranker
 
                 made = CrossEncoderReranker(str(p["path"]), batch_size=int(p.get("batch_size", 32)))
             self._components[key] = made

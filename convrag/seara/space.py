@@ -9,7 +9,7 @@ Schema (every key but ``dimensions`` optional; an absent dimension has the singl
 
     depth: 10                 # K: each configuration's list depth, and the pool depth
     seed: 0
-    queries: {strategy: baseline}          # how a multi-turn query becomes text (convrag.strategies)
+    queries: {strategy: baseline}          # how a multi-turn query becomes text (convrag.retrievers.strategies)
     judge: {model: default, level: 2, max_judgments: 20000, max_cost_usd: null, concurrency: 4, facts: auto}
                               # model: an LLM spec or oracle:EVIDENCE.jsonl; facts: auto (minimal facts in pools
                               # whose configurations differ in chunking, where they choose), always, never
@@ -49,7 +49,7 @@ from typing import Any
 
 import yaml
 
-from convrag.errors import ConvragError
+from convrag.core.errors import ConvragError
 
 DIMENSIONS = ("chunking", "filter", "retrieval", "rewriter", "reranker")
 DEFAULT_OPTION = {"chunking": ("original", {"strategy": "original"}), "filter": ("none", {}),

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from convrag.errors import ConvragError
+from convrag.core.errors import ConvragError
 from convrag.metrics.pr_auc.compute import QueryCounts, chunk_counts
 from convrag.metrics.pr_auc.inputs import PrAucInputError, judgments, qrels_mapping, ranking
 

@@ -28,7 +28,7 @@ runs are exactly ``select``'s; name ``<chunking>/<retrieval>``; each list is the
 *Judges*: ``oracle`` = :class:`~convrag.seara.evidence.EvidenceOracle` (grade 3 when a chunk contains a whole
 evidence span, else 0; its facts = the spans located in the documents). ``noisy-<r>`` for r in
 :data:`NOISE_RATES`, per seed s: each oracle grade of the pool flipped 3 <-> 0 with probability r, drawn from
-``random.Random`` keyed by (s, query, chunk id) as :class:`convrag.audit.pooling.NoisyOracleJudge`; its facts
+``random.Random`` keyed by (s, query, chunk id) as :class:`convrag.judging.pooling.NoisyOracleJudge`; its facts
 (:func:`noisy_evidence`): each evidence span dropped with probability r (keyed by (s, query, span)), and each
 *candidate* sentence added with probability r * |E_q| / |C_q| (keyed by (s, query, document, offset)), where the
 candidates C_q are the sentences (``sentence_spans``) of the documents of the query's pooled chunks that contain
@@ -58,7 +58,7 @@ from typing import Any
 from convrag.builders.mtrag import MTRAG
 from convrag.builders.mtrag_source import locate
 from convrag.builders.stratrag import read_hotpot
-from convrag.errors import ConvragError
+from convrag.core.errors import ConvragError
 from convrag.seara.chunking import sentence_spans
 from convrag.seara.evidence import EvidenceOracle, normalize_span
 from convrag.seara.fact_level import score_runs

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from convrag.audit.recor_judges import normalized_entropy
+from convrag.judging.recor import normalized_entropy
 
 #: option names whose values are never written into a judge's name (they may hold credentials)
 _SECRET_OPTION = re.compile(r"key|token|secret|password|auth", re.I)

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from convrag.audit.items import AuditDoc, AuditItem
-from convrag.audit.mtr_eval import judge_item
-from convrag.audit.recor_judges import DEPENDENCY, DEPENDENCY_LABELS, PATTERN, PATTERN_LABELS
-from convrag.audit.verdict import Verdict
+from convrag.judging.items import AuditDoc, AuditItem
+from convrag.judging.mtr_eval import judge_item
+from convrag.judging.recor import DEPENDENCY, DEPENDENCY_LABELS, PATTERN, PATTERN_LABELS
+from convrag.judging.verdict import Verdict
 from convrag.llm import LLM, get_llm, run_batch
 from convrag.metrics.audit.aggregate import judge_names
 

@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from convrag.evaluation.stats import bootstrap_ci
+from convrag.core.stats import bootstrap_ci
 
 from .components import harmonic_mean
 

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from convrag.errors import ConvragError
+from convrag.core.errors import ConvragError
 
 OFFICIAL_BERTSCORE_MODEL = "microsoft/deberta-xlarge-mnli"
 """The model of the official MTRAG setting (with ``rescale_with_baseline=True``, ``lang="en"``)."""

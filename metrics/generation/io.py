@@ -30,8 +30,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from convrag.builders.mtrag_source import normalize_domain, normalize_task_id
-from convrag.errors import DataError
-from convrag.jsonl import is_a, read_jsonl, type_name
+from convrag.core.errors import DataError
+from convrag.core.jsonl import is_a, read_jsonl, type_name
 
 from .components import ComponentError, normalize_answerability
 from .scorer import GenerationTask

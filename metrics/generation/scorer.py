@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from convrag.errors import DataError
+from convrag.core.errors import DataError
 from convrag.llm import LLM, LLMError, PromptTemplate, get_llm
 
 from .aggregate import CONDITIONED, summarize

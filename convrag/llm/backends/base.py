@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import Any
 
 from convrag.llm.types import Completion, Message, SamplingParams
@@ -39,3 +41,13 @@ class Backend(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (servers, model memory)."""
+
+
+def file_digest(path: Path) -> str:
+    """Cheap identity of a model file: size plus a hash of its first and last MiB."""
+    h = hashlib.sha256(str(path.stat().st_size).encode())
+    with path.open("rb") as f:
+        h.update(f.read(1 << 20))
+        f.seek(max(0, path.stat().st_size - (1 << 20)))
+        h.update(f.read(1 << 20))
+    return h.hexdigest()[:16]

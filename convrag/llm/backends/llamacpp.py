@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import logging
 import os
@@ -10,7 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from convrag.llm.backends.base import Backend
+from convrag.llm.backends.base import Backend, file_digest
 from convrag.llm.types import BackendError, Completion, Message, SamplingParams, Usage
 
 log = logging.getLogger(__name__)
@@ -73,16 +72,6 @@ def default_backend(**options: Any) -> Backend:
     log.warning("llama-cpp-python is not installed: the placeholder runs through transformers (slower, and its "
                 "JSON replies are not grammar-constrained)")
     return TransformersBackend(path, model_name=path.name, **options)
-
-
-def file_digest(path: Path) -> str:
-    """Cheap identity of a model file: size plus a hash of its first and last MiB."""
-    h = hashlib.sha256(str(path.stat().st_size).encode())
-    with path.open("rb") as f:
-        h.update(f.read(1 << 20))
-        f.seek(max(0, path.stat().st_size - (1 << 20)))
-        h.update(f.read(1 << 20))
-    return h.hexdigest()[:16]
 
 
 #: The longest string bound handed to llama.cpp's grammar. Its JSON-schema converter turns ``maxLength: n`` into n

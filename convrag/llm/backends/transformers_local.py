@@ -34,7 +34,7 @@ class TransformersBackend(Backend):
     def identity(self) -> dict[str, Any]:
         """Backend and model, plus the file's digest for a ``.gguf`` path (as the llama.cpp backend keys it)."""
         if self._digest is None and self.path.endswith(".gguf") and Path(self.path).is_file():
-            from convrag.llm.backends.llamacpp import file_digest
+            from convrag.llm.backends.base import file_digest
 
             self._digest = file_digest(Path(self.path))
         return {**super().identity(), "digest": self._digest} if self._digest else super().identity()

@@ -1,0 +1,1 @@
+"""MTRAG: the official retrieval scoring (IBM's scripts) and the retrieval run format of a submission."""

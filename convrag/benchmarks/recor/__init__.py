@@ -1,0 +1,1 @@
+"""RECOR (reasoning-intensive multi-turn retrieval): domain-macro aggregation, the paper-style tables, and generation scoring with the authors' judges."""

@@ -1,0 +1,1 @@
+"""Corpus curation as datatrove pipeline steps: chunking, boilerplate and quality filters, MinHash deduplication."""
