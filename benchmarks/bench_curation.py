@@ -59,13 +59,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from datasketch import MinHashLSH
 
+from convrag.core.corpus import corpus_files, iter_file
 from convrag.synthesis.curation.boilerplate import cut_tail
 from convrag.synthesis.curation.chunking import Chunker
-from convrag.core.corpus import corpus_files, iter_file
 from convrag.synthesis.curation.curate import Curate
-from convrag.synthesis.engine.pipeline import Pipeline
 from convrag.synthesis.curation.minhash_dedup import MODES, confirmed, recall_bands, signature
 from convrag.synthesis.curation.quality import HeuristicScorer, scorer_from_spec
+from convrag.synthesis.engine.pipeline import Pipeline
 from convrag.synthesis.engine.shards import shard_files
 
 HOTPOT = Path(__file__).resolve().parents[2] / "shared" / "data" / "hotpotqa" / "hotpot_dev_distractor_v1.first30.json"

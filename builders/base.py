@@ -31,8 +31,8 @@ from typing import Any, TypeVar
 
 import datasets
 
-from convrag.core.provenance import is_url
 from convrag.core.errors import DataError
+from convrag.core.provenance import is_url
 
 
 @dataclass

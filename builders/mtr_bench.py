@@ -32,10 +32,10 @@ import datasets
 import pyarrow.parquet as pq
 from datasets import Features, List, Value
 
-from convrag.core import schema
 from convrag.builders.base import BenchmarkBuilder, BenchmarkConfig, BuildReport
-from convrag.core.errors import DataError
 from convrag.builders.profile import EvaluationProfile
+from convrag.core import schema
+from convrag.core.errors import DataError
 from convrag.core.jsonl import iter_jsonl, text_lines
 
 from . import mtr_bench_source as ms

@@ -28,8 +28,8 @@ import datasets
 from datasets import Features
 
 from convrag.builders.base import BenchmarkBuilder, BenchmarkConfig, BuildReport
-from convrag.core.errors import DataError
 from convrag.builders.profile import EvaluationProfile
+from convrag.core.errors import DataError
 
 from . import mtrag_parse as mp
 from .mtrag_source import DOMAINS, VIEWS, expected_paths, fetch, iter_corpus, locate, mtrag_paths

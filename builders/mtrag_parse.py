@@ -1,6 +1,6 @@
 """Parse the MTRAG release (conversations + retrieval task files) into convrag rows.
 
-Definitions used here (checked against the release by ``tests/test_mtrag.py``):
+Definitions used here (checked against the release by ``tests/builders/test_mtrag.py``):
 
 * A *task* is one user message: turn ``k`` of a conversation is its k-th user message; the task's input is
   every message before it plus the question itself; its reference answer (``targets``) is the agent message

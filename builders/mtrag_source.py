@@ -28,9 +28,9 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from convrag.builders.base import BuildReport
-from convrag.core.provenance import is_url
 from convrag.core.errors import DataError
 from convrag.core.jsonl import decoded_lines, handle_lines, iter_jsonl, open_binary, read_jsonl, text_lines, typed_field
+from convrag.core.provenance import is_url
 
 DOMAINS = ("clapnq", "cloud", "fiqa", "govt")
 VIEWS = ("lastturn", "questions", "rewrite")

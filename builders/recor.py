@@ -26,11 +26,11 @@ from typing import Any
 import datasets
 from datasets import Features, List, Value
 
-from convrag.core import schema
 from convrag.builders.base import BenchmarkBuilder, BenchmarkConfig
-from convrag.core.provenance import is_url
-from convrag.core.errors import DataError
 from convrag.builders.profile import EvaluationProfile
+from convrag.core import schema
+from convrag.core.errors import DataError
+from convrag.core.provenance import is_url
 
 from . import recor_source as rs
 

@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from convrag.builders.base import BuildReport, SourceCache
-from convrag.core.provenance import is_url
 from convrag.core.errors import DataError
 from convrag.core.jsonl import iter_jsonl, read_jsonl, text_lines
 from convrag.core.jsonl import typed_field as check
+from convrag.core.provenance import is_url
 
 from .recor_ids import DocTable, digest, name_shared, shared_digests
 

@@ -28,12 +28,12 @@ from typing import Any
 import datasets
 from datasets import Features, List, Value
 
-from convrag.core import schema
 from convrag.builders.base import BenchmarkBuilder, BenchmarkConfig, BuildReport
-from convrag.core.provenance import is_url
-from convrag.core.errors import DataError
 from convrag.builders.profile import EvaluationProfile
+from convrag.core import schema
+from convrag.core.errors import DataError
 from convrag.core.jsonl import read_json_records
+from convrag.core.provenance import is_url
 
 from . import stratrag_rules as rules
 

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from convrag.builders.profile import EvaluationProfile
+from convrag.evaluation.data import BenchmarkData
 from convrag.judging.items import AuditDoc, AuditItem, AuditSet
 from convrag.judging.mtr_eval import Completeness, NegativeSampler, judge_item, make_dimension
 from convrag.judging.mtr_eval import document_text as mtr_document_text
@@ -21,14 +23,11 @@ from convrag.judging.pooling import LLMRelevanceJudge, history_summary
 from convrag.judging.pooling import document_text as pool_document_text
 from convrag.judging.recor import ANSWER_CHARS, DOCUMENT_CHARS, conversation_fields, judge_conversation, judge_turn
 from convrag.judging.verdict import judge_call
-from convrag.evaluation.data import BenchmarkData
-from convrag.builders.profile import EvaluationProfile
 from convrag.llm import LLM, JudgeEnsemble, Message, load_prompt
-from convrag.seara.facts import Chunk, Fact, extract_facts, llm_entailment
 from convrag.retrievers.llm_rerank import ListwiseReranker
 from convrag.retrievers.llm_rewrite import QueryRewriter
-
-from .reply_shapes import Reader, json_instruction, no_json_instruction
+from convrag.seara.facts import Chunk, Fact, extract_facts, llm_entailment
+from tests.reply_shapes import Reader, json_instruction, no_json_instruction
 
 HISTORY = [{"role": "user", "text": "Tell me about the Golden Gate Bridge."},
            {"role": "assistant", "text": "It is a suspension bridge across the Golden Gate strait in San Francisco."}]

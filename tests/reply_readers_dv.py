@@ -16,14 +16,16 @@ from typing import Any
 from pydantic import BaseModel
 
 from convrag.llm import LLM, Message
-from convrag.synthesis.recor import align as dv_align, aspects as dv_aspects, facts as dv_facts, turns as dv_turns
+from convrag.synthesis.recor import align as dv_align
+from convrag.synthesis.recor import aspects as dv_aspects
+from convrag.synthesis.recor import facts as dv_facts
 from convrag.synthesis.recor import turn_agents as agents
 from convrag.synthesis.recor import turn_checks as checks
+from convrag.synthesis.recor import turns as dv_turns
 from convrag.synthesis.recor.common import Tokens, ask, doc_labels, documents_field, sampling
-
-from .dv_fixture import ANSWER, DOCUMENTS, QUERY, REASONING
-from .dv_fixture_turns import ANSWERS, ASPECTS, QUERIES, SUB_QUESTIONS
-from .reply_shapes import Reader, json_instruction
+from tests.dv_fixture import ANSWER, DOCUMENTS, QUERY, REASONING
+from tests.dv_fixture_turns import ANSWERS, ASPECTS, QUERIES, SUB_QUESTIONS
+from tests.reply_shapes import Reader, json_instruction
 
 SHOWN = documents_field(DOCUMENTS, 2000)
 TURNS = dv_turns.Turns()

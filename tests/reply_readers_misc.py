@@ -14,18 +14,17 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from convrag.judging.mtr_eval import RatingReply
 from convrag.benchmarks.recor.generation import JudgeItem, judge_answers
 from convrag.generate.answer import generate_answers
 from convrag.generate.tasks import GenItem, Passage
+from convrag.judging.mtr_eval import RatingReply
 from convrag.llm import LLM, Completion, Message, load_prompt
 from convrag.llm.structured import Parsed, ParseError, compact_schema, json_schema_for, parse_structured
 from convrag.metrics.generation.judges import MODES, GenerationJudges, conversation_text
 from convrag.retrievers.strategies import Turn, rewrite_text
-from convrag.synthesis.mtr.agents import Doc, Exchange, Polisher, Questioner, Responder, strip_markers
 from convrag.synthesis.engine.roles import AgentError, cut
-
-from .reply_shapes import Reader, json_instruction, no_json_instruction
+from convrag.synthesis.mtr.agents import Doc, Exchange, Polisher, Questioner, Responder, strip_markers
+from tests.reply_shapes import Reader, json_instruction, no_json_instruction
 
 # --- MTRAG generation judges (metrics/generation/judges.py) ---------------------------------------------------------
 CONVERSATION = [
@@ -126,7 +125,8 @@ def recor(llm: LLM, messages: list[Message]) -> Any:
     return outcome.grades if outcome.ok else None
 
 
-# --- MTR-Pipeline agents (synthesis/mtr/agents.py) ----------------------------------------------------------------------
+# --- MTR-Pipeline agents (synthesis/mtr/agents.py)
+# ----------------------------------------------------------------------
 DRAWN = [
     Doc("d1", "Gatun Lake", "An artificial lake formed by damming the Chagres River in 1913.[1] Ships cross about "
         "33 km of it between the Atlantic and Pacific lock flights."),
@@ -177,7 +177,8 @@ def polisher(llm: LLM, messages: list[Message]) -> Any:
     return {"text": r.text, "status": r.status}
 
 
-# --- query rewriting (convrag/retrievers/strategies.py) and answering (convrag/generate/answer.py) -----------------------------
+# --- query rewriting (convrag/retrievers/strategies.py) and answering (convrag/generate/answer.py)
+# -----------------------------
 REWRITE_TURN = Turn("q7", "When did it open?", history=(
     ("user", "Tell me about the Golden Gate Bridge."),
     ("assistant", "It is a suspension bridge across the Golden Gate strait in San Francisco.")))

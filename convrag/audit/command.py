@@ -21,15 +21,15 @@ def run_command(args: argparse.Namespace) -> int:
     Every output is written under a temporary name and renamed into place once all are written; summary.json's
     ``files`` lists them, and the outputs an earlier audit into the same folder listed and this one did not write
     are removed (nothing else in the folder is touched)."""
-    from convrag.judging.items import load_items
-    from convrag.benchmarks.recor.judges_tables import apply_profile, domain_table
     from convrag.audit.report import coverage, empty_dimensions, heatmap, render, summarize
     from convrag.audit.runner import estimate, make_judges, parse_dimensions, run_audit, write_verdicts
-    from convrag.hub.repo import resolve_folder
-    from convrag.llm.identity import describe
-    from convrag.llm.spec import PLACEHOLDER_WARNING, REAL_MODEL_HINT, SPEC_ENV, is_placeholder
+    from convrag.benchmarks.recor.judges_tables import apply_profile, domain_table
     from convrag.core.out_folder import check_not_input, claim_out
     from convrag.core.progress import wanted
+    from convrag.hub.repo import resolve_folder
+    from convrag.judging.items import load_items
+    from convrag.llm.identity import describe
+    from convrag.llm.spec import PLACEHOLDER_WARNING, REAL_MODEL_HINT, SPEC_ENV, is_placeholder
     from convrag.synthesis.engine.pipeline import write_json_atomic
 
     dimensions = parse_dimensions(args.dimensions)
@@ -151,9 +151,9 @@ def _audit_missed(args: argparse.Namespace, sets: list, judges: list, out: Path,
                   staged: dict[str, Path]) -> dict[str, Any]:
     """The missed-relevant estimate of every folder with every judge: pool, judge, suspected qrels, rescoring
     (files staged as in :func:`_staged`)."""
+    from convrag.core.jsonl import json_safe, write_jsonl_atomic
     from convrag.judging.missed import estimate_missed, rescore, write_suspected_qrels
     from convrag.judging.pooling import LLMRelevanceJudge, pool
-    from convrag.core.jsonl import json_safe, write_jsonl_atomic
 
     retrievers = [r.strip() for r in args.pool_retrievers.split(",") if r.strip()]
     result: dict[str, Any] = {}

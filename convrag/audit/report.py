@@ -17,12 +17,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from convrag.judging import mtr_eval, recor as recor_judges
 from convrag.audit.runner import CONVERSATION_DIMENSIONS, AuditRun, item_domain
+from convrag.core.provenance import local_path
+from convrag.judging import mtr_eval
+from convrag.judging import recor as recor_judges
 from convrag.judging.verdict import failure_kind
 from convrag.metrics.audit.aggregate import aggregate_labels, aggregate_scores
 from convrag.metrics.audit.judging import LABEL_SETS
-from convrag.core.provenance import local_path
 
 SCORE_LABELS = {**mtr_eval.LABELS, "naturalness": "Natural.", "turn_coherence": "Coherence",
                 "question_quality": "Q. quality", "groundedness": "Grounded."}

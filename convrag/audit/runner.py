@@ -28,15 +28,16 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from convrag.judging import mtr_eval, recor as recor_judges
+from convrag.core.errors import ConvragError
+from convrag.core.progress import label, scope
+from convrag.judging import mtr_eval
+from convrag.judging import recor as recor_judges
 from convrag.judging.items import AuditItem, AuditSet, conversations
 from convrag.judging.verdict import Verdict
-from convrag.core.errors import ConvragError
 from convrag.llm import LLM, BatchResult, DiskCache, LLMError, RunStopped, default_cache_dir, get_llm, run_batch
 from convrag.llm.backends.fake import FakeBackend
 from convrag.llm.report import FREE_BACKENDS, load_prices, price_for
 from convrag.llm.spec import parse_spec
-from convrag.core.progress import label, scope
 
 CONVERSATION_DIMENSIONS = recor_judges.DIMENSIONS
 TURN_DIMENSIONS = {recor_judges.DEPENDENCY: "dependency", recor_judges.PATTERN: "pattern"}

@@ -1,1 +1,2 @@
-"""What is specific to one benchmark beyond its builder and profile: its aggregation rule, report tables and generation scoring, one folder per benchmark."""
+"""What is specific to one benchmark beyond its builder and profile: its aggregation rule, report tables and generation
+scoring, one folder per benchmark."""

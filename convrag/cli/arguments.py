@@ -157,3 +157,8 @@ def _after(epilog: Any, pairs: tuple[tuple[str, str], ...]) -> Any:
     if callable(epilog):
         return lambda: f"{epilog()}\n\n{examples_text(pairs)}"
     return f"{epilog}\n\n{examples_text(pairs)}"
+
+
+def split_list(value: str) -> list[str]:
+    """The non-empty items of a comma-separated list, stripped."""
+    return [v.strip() for v in value.split(",") if v.strip()]

@@ -34,9 +34,9 @@ def embed_folder(folder: str | os.PathLike[str], model: str | None = None, optio
     """Encode every split of every corpus config (all subsets and corpus kinds) of a built folder into the cache,
     as a dense retriever with ``model`` and ``options`` (device, batch_size, cache_dir, pooling, ...) would;
     ``shard=(K, N)``: only the K-th of N slices of each (``convrag.retrievers.embed_shards``)."""
-    from convrag.evaluation.data import Folder, subsets
     from convrag.builders.profile import config_name, profile_of
     from convrag.core.manifest import read_manifest
+    from convrag.evaluation.data import Folder, subsets
     from convrag.retrievers.dense import DenseRetriever
 
     manifest = read_manifest(folder)
@@ -65,9 +65,9 @@ def embed_folder(folder: str | os.PathLike[str], model: str | None = None, optio
 def cmd_embed(args: argparse.Namespace) -> int:
     """``convrag embed``: fill the embeddings cache for a built folder and say what was encoded or reused."""
     from convrag.core.options import parse_options
-    from convrag.retrievers.embed_shards import parse_shard
-    from convrag.hub.repo import resolve_folder
     from convrag.core.progress import wanted
+    from convrag.hub.repo import resolve_folder
+    from convrag.retrievers.embed_shards import parse_shard
 
     if args.batch_size is not None and args.batch_size < 1:
         raise ConvragError(f"--batch-size must be at least 1, got {args.batch_size}")

@@ -7,7 +7,6 @@ from typing import Any
 
 from convrag.core.errors import ConvragError
 
-
 #: ``NAME=VALUE``: a name (letters, digits, ``_``, ``-``; not starting with a digit), then anything
 NAME_EQ = re.compile(r"^([A-Za-z_][\w-]*)=(.+)$")
 

@@ -18,8 +18,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from convrag.core.provenance import is_url
 from convrag.core.errors import ConvragError
+from convrag.core.provenance import is_url
 
 WORK_TAGS = ("convrag-tmp", "convrag-old")  # names of our own folders beside <out>: .<name>.<tag>-<random>
 

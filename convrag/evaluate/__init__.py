@@ -1,1 +1,2 @@
-"""The ``convrag evaluate`` and ``convrag evaluate-generation`` commands: aggregation, report tables, plots and results files."""
+"""The ``convrag evaluate`` and ``convrag evaluate-generation`` commands: aggregation, report tables, plots and results
+files."""

@@ -14,8 +14,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from convrag.evaluation.engine import Scored
 from convrag.core.stats import bootstrap_ci, paired_test
+from convrag.evaluation.engine import Scored
 
 
 def system_name(scored: Scored, system: str, strategy: str) -> str:

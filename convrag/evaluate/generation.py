@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from convrag.evaluation.data import Folder
 from convrag.core.jsonl import json_safe
+from convrag.evaluation.data import Folder
 from convrag.llm.spec import PLACEHOLDER_WARNING, REAL_MODEL_HINT
 from convrag.metrics.generation.aggregate import CONDITIONED, RAW
 from convrag.metrics.generation.io import TaskList, tasks_from_rows

@@ -20,9 +20,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from convrag.core.errors import ConvragError
-from convrag.evaluate.aggregate import aggregate, system_name
 from convrag.benchmarks.runs import read_external
+from convrag.builders.profile import EvaluationProfile
+from convrag.core.errors import ConvragError
+from convrag.core.jsonl import json_safe
+from convrag.core.provenance import local_path, relative_paths
+from convrag.evaluate.aggregate import aggregate, system_name
 from convrag.evaluation.data import BenchmarkData, load_benchmark
 from convrag.evaluation.engine import (
     Scored,
@@ -31,10 +34,7 @@ from convrag.evaluation.engine import (
     merged_run,
     run_benchmark,
 )
-from convrag.builders.profile import EvaluationProfile
-from convrag.core.jsonl import json_safe
 from convrag.metrics.retrieval.trec import safe_token, write_qrels, write_run
-from convrag.core.provenance import local_path, relative_paths
 
 #: the qrels every run was scored against, with the runs' query and document ids (``trec_eval QRELS RUN``)
 QRELS_FILE = "runs/qrels.trec"

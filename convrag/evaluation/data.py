@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from convrag.core.errors import ConvragError, DataError, parquet_reason
 from convrag.builders.profile import EvaluationProfile, built_subsets, config_name
+from convrag.core.errors import ConvragError, DataError, parquet_reason
 from convrag.core.manifest import read_card
 from convrag.retrievers.strategies import Turn, mtrag_turns, recor_turns
 

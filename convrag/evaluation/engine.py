@@ -30,13 +30,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from convrag.core.errors import ConvragError, DataError
-from convrag.evaluation.data import BenchmarkData, Corpora, load_benchmark
 from convrag.builders.profile import EvaluationProfile
+from convrag.core.errors import ConvragError, DataError
+from convrag.core.progress import scope as progress_scope
+from convrag.evaluation.data import BenchmarkData, Corpora, load_benchmark
 from convrag.evaluation.rerank import cut, load_stages, merge_notes, timed
 from convrag.evaluation.rerank import llm_note as rerank_note
 from convrag.metrics.retrieval.compute import score_run
-from convrag.core.progress import scope as progress_scope
 from convrag.retrievers import get_retriever
 from convrag.retrievers.strategies import format_queries, get_strategy
 

@@ -22,9 +22,9 @@ ranking of n documents is ``n - r + 1``. The reranker reads the same query text 
 
 Cross-encoder scores are kept on disk per (query text, document text) pair: under ``$CONVRAG_RERANK_CACHE``,
 else ``$CONVRAG_CACHE_DIR/rerank``, else ``~/.cache/convrag/rerank`` (``none`` or ``off``: no cache), in a folder
-keyed by the model's files (:func:`convrag.retrievers.embed.model_identity`, not its path) and ``max_length``; only pairs not
-found there are scored. A file that cannot be read is ignored with a ``CacheWarning`` and its pairs scored again.
-LLM replies are cached by the LLM layer's own cache (keyed by model, prompt and parameters).
+keyed by the model's files (:func:`convrag.retrievers.embed.model_identity`, not its path) and ``max_length``; only
+pairs not found there are scored. A file that cannot be read is ignored with a ``CacheWarning`` and its pairs scored
+again. LLM replies are cached by the LLM layer's own cache (keyed by model, prompt and parameters).
 """
 
 from __future__ import annotations

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from convrag.builders.profile import EvaluationProfile
 from convrag.core.errors import ConvragError, DataError
 from convrag.evaluation.data import BenchmarkData, Folder, load_benchmark
-from convrag.builders.profile import EvaluationProfile
 
 MODES = ("oracle", "retrieved", "none")
 ROLES = {"user": "user", "agent": "assistant", "assistant": "assistant", "system": "system"}
@@ -236,8 +236,8 @@ def _search(collected: Collected, data: BenchmarkData, profile: EvaluationProfil
 def read_run_file(path: str, data: BenchmarkData, profile: EvaluationProfile) -> dict[str, Run]:
     """A TREC run file, or (MTRAG) an official submission ``.jsonl`` such as ``convrag evaluate`` writes, checked
     against the benchmark: ``{subset: {query id: {document id: score}}}`` with subset-local document ids."""
-    from convrag.evaluation.engine import check_external
     from convrag.benchmarks.runs import read_external
+    from convrag.evaluation.engine import check_external
 
     if not Path(path).is_file():
         raise ConvragError(f"--run {path}: no such file")

@@ -33,15 +33,14 @@ from datasets.info import DatasetInfosDict
 from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCard, DatasetCardData
 
-from convrag.hub import mteb_layout
-from convrag.builders.options import check_options
-from convrag.builders.base import SourceCache
-from convrag.core.provenance import is_url
 from convrag.builders import get_builder_class
+from convrag.builders.base import SourceCache
+from convrag.builders.options import check_options
 from convrag.core.errors import ConvragError, DataError
 from convrag.core.manifest import read_manifest
 from convrag.core.out_folder import check_out, replacing
-from convrag.core.provenance import public_report
+from convrag.core.provenance import is_url, public_report
+from convrag.hub import mteb_layout
 from convrag.synthesis.engine.provenance import PIPELINES, model_lines, pretty_name, read_record, source_datasets
 
 logger = logging.getLogger(__name__)

@@ -97,8 +97,8 @@ def _configs(path: Path, data: dict[str, Any], readme: Path) -> dict[str, dict[s
 def _subsets(data: dict[str, Any], configs: dict[str, dict[str, list[str]]], readme: Path) -> list[_Subset]:
     """Each subset's corpus, queries and qrels configs, by their mteb names (aliases planned for folders built
     before aliases existed)."""
-    from convrag.hub import mteb_layout
     from convrag.builders.profile import built_subsets, profile_of
+    from convrag.hub import mteb_layout
 
     profile = profile_of(data.get("convrag") or {}, str(readme))
     built = list(configs)
@@ -262,9 +262,9 @@ def _check_target(out: Path, overwrite: bool) -> None:
 
 def export_folder(ref: str, fmt: str, out: str | os.PathLike, overwrite: bool = False) -> ExportSummary:
     """Write the built folder (or Hub dataset repo id) ``ref`` as ``fmt`` files into ``out`` (see module doc)."""
-    from convrag.hub.repo import resolve_source
     from convrag.core.manifest import read_card, read_manifest
     from convrag.core.out_folder import check_out, replacing
+    from convrag.hub.repo import resolve_source
 
     if fmt not in FORMATS:
         raise ConvragError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")

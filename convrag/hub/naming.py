@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 #: Root of the default output folders: ``results/<benchmark>/<run>``.
 RESULTS = Path("results")
 
@@ -31,9 +30,9 @@ def default_out(refs: list[str], command: str) -> Path:
     :func:`run_name` (several folders: their benchmarks and names joined by ``+``), so that two benchmarks'
     results never share a folder; never inside another run's results folder (:func:`convrag.core.out_folder.unnested`:
     beside it instead)."""
-    from convrag.hub.repo import resolve_folder
     from convrag.core.manifest import read_manifest
     from convrag.core.out_folder import unnested
+    from convrag.hub.repo import resolve_folder
 
     benchmarks = list(dict.fromkeys(str(read_manifest(resolve_folder(r))["benchmark"]) for r in refs))
     names = list(dict.fromkeys(run_name(r) for r in refs))

@@ -115,8 +115,8 @@ def resolve_folder(ref: str, revision: str | None = None) -> Path:
 
 def resolve_source(ref: str, revision: str | None = None) -> tuple[Path, dict[str, str]]:
     """The folder :func:`resolve_folder` gives and where it came from, with no absolute local path: a local folder
-    is ``{"folder": its path relative to the working directory}`` (:func:`convrag.core.provenance.local_path`); a Hub repo
-    is ``{"repo_id", "revision": the commit sha of the snapshot read, "requested_revision": the branch, tag or sha
+    is ``{"folder": its path relative to the working directory}`` (:func:`convrag.core.provenance.local_path`); a Hub
+    repo is ``{"repo_id", "revision": the commit sha of the snapshot read, "requested_revision": the branch, tag or sha
     asked for (default main), "endpoint": the Hub's URL ($HF_ENDPOINT)}``."""
     from huggingface_hub import constants
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from convrag.core.errors import ConvragError
-from convrag.evaluation.data import BenchmarkData, Folder, load_benchmark
 from convrag.builders.profile import EvaluationProfile, profile_of
+from convrag.core.errors import ConvragError
 from convrag.core.manifest import read_manifest
+from convrag.evaluation.data import BenchmarkData, Folder, load_benchmark
 
 #: turn fields that hold the reference answer: MTR-Bench ``answer``, StratRAG ``reference_answer``; MTRAG's
 #: (``targets``) and RECOR's (``answer``) are read from their tasks / conversations configs

@@ -40,10 +40,10 @@ from typing import Any
 import numpy as np
 from scipy.stats import kendalltau, rankdata
 
+from convrag.core.errors import ConvragError
 from convrag.judging.items import AuditDoc, AuditItem, AuditSet
 from convrag.judging.pooling import POOLED, RELEVANT_CUTOFF, Pool, PooledDoc, RelevanceJudge, item_qrels, retrieve
 from convrag.judging.verdict import Verdict, failure_kind
-from convrag.core.errors import ConvragError
 from convrag.llm import run_batch
 from convrag.metrics.retrieval.compute import RetrievalResult, parse_measure, score_run
 from convrag.metrics.retrieval.trec import write_qrels

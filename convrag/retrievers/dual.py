@@ -52,12 +52,12 @@ from typing import Any
 
 import numpy as np
 
-from convrag.retrievers import embed as disk
 from convrag.core.errors import ConvragError
 from convrag.core.progress import label
-from convrag.retrievers.query_text import QueryText, fit_queries
+from convrag.retrievers import embed as disk
 from convrag.retrievers import faiss_index
 from convrag.retrievers.base import Retriever, ranked_order
+from convrag.retrievers.query_text import QueryText, fit_queries
 
 POOLINGS = ("cls", "mean")
 SIMILARITIES = ("dot", "cosine")

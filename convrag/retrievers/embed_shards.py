@@ -2,8 +2,8 @@
 
 Shard ``K/N`` (1 <= K <= N) of a corpus of ``n`` documents is the rows ``[(K-1)*n//N, K*n//N)`` in corpus order.
 ``convrag embed FOLDER --shard K/N`` encodes only that slice and stores it as a shard entry
-``<root>/<key>.shards/K-of-N/`` (same files as a full entry, see ``convrag.retrievers.embed``), where ``<key>`` is the key of
-the full entry: the same model identity, encoding settings and fingerprint of the WHOLE corpus, so a shard can
+``<root>/<key>.shards/K-of-N/`` (same files as a full entry, see ``convrag.retrievers.embed``), where ``<key>`` is the
+key of the full entry: the same model identity, encoding settings and fingerprint of the WHOLE corpus, so a shard can
 only ever be assembled into the entry it was made for.
 
 When a dense retriever (``convrag evaluate``, or ``convrag embed`` without ``--shard``) finds no full entry but
@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from convrag.retrievers.embed import CacheWarning, EmbeddingStore
 from convrag.core.errors import ConvragError
+from convrag.retrievers.embed import CacheWarning, EmbeddingStore
 
 #: Rows copied at a time when shards are assembled.
 COPY_ROWS = 1 << 16

@@ -15,7 +15,7 @@ ranks inside them by PQ-approximated scores, so a document of the exact top-k ca
 that are reported exact, the ``rerank * k`` (plus a margin) best candidates are scored again by exact dot
 products with their stored float32 rows (read from the memory-mapped entry) before the top-k cut: every
 document returned has its brute-force score (up to float32 rounding); what is approximate is which documents
-are found. ``tests/test_embedding_shards.py`` measures the overlap with the exact top-10.
+are found. ``tests/retrievers/test_embedding_shards.py`` measures the overlap with the exact top-10.
 """
 
 from __future__ import annotations

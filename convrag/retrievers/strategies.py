@@ -336,8 +336,8 @@ def format_queries(
         return FormattedQueries(strategy.name, {t.qid: strategy.format(t) for t in items})
     from tqdm.auto import tqdm
 
-    from convrag.llm import LLM, LLMError, get_llm, run_batch
     from convrag.core.progress import label
+    from convrag.llm import LLM, LLMError, get_llm, run_batch
 
     model = llm if isinstance(llm, LLM) else get_llm(llm)
     pending = [t for t in items if t.history_string()]

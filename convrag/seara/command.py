@@ -213,9 +213,9 @@ def _llm_report(judge: Any) -> dict[str, Any] | None:
 
 def run_command(args: argparse.Namespace) -> int:
     """``convrag select``: read, search, write (module docstring), print the leaderboard and the choice."""
+    from convrag.core.progress import scope, wanted
     from convrag.llm import get_llm
     from convrag.llm.spec import PLACEHOLDER_MODEL, REAL_MODEL_HINT, SPEC_ENV, is_placeholder
-    from convrag.core.progress import scope, wanted
     from convrag.seara.evidence import ORACLE_PREFIX, is_oracle_spec, load_oracle
     from convrag.seara.inputs import query_texts, read_corpus, read_turns
     from convrag.seara.report import judge_identity, leaderboard

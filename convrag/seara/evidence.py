@@ -31,11 +31,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from convrag.core.errors import ConvragError, DataError
+from convrag.core.jsonl import iter_jsonl, text_lines, type_name, typed_field
 from convrag.judging.items import AuditDoc, AuditItem
 from convrag.judging.pooling import POOLED, RelevanceJudge, relevance_verdict
 from convrag.judging.verdict import Verdict
-from convrag.core.errors import ConvragError, DataError
-from convrag.core.jsonl import iter_jsonl, text_lines, type_name, typed_field
 from convrag.llm.cache import canonical_json
 from convrag.seara.facts import Fact, FactSet
 

@@ -69,9 +69,9 @@ def read_turns(source: str | os.PathLike, split: str | None = None) -> list[Turn
     if not path.exists():
         raise ConvragError(f"{path}: no such queries file or folder (give .txt, .jsonl or a built folder)")
     if path.is_dir():
-        from convrag.evaluation.data import load_benchmark
         from convrag.builders.profile import profile_of
         from convrag.core.manifest import read_manifest
+        from convrag.evaluation.data import load_benchmark
 
         manifest = read_manifest(path)
         turns = load_benchmark(path, profile_of(manifest, source=str(path / "README.md")), split=split).turns
@@ -92,5 +92,6 @@ def read_turns(source: str | os.PathLike, split: str | None = None) -> list[Turn
 
 def query_texts(turns: list[Turn], strategy: str = "baseline", llm: Any = None,
                 progress: bool = False) -> dict[str, str]:
-    """``{query_id: text}`` by a :mod:`convrag.retrievers.strategies` strategy; a failed LLM rewrite is an error (listed)."""
+    """``{query_id: text}`` by a :mod:`convrag.retrievers.strategies` strategy; a failed LLM rewrite is an error
+    (listed)."""
     return dict(format_queries(strategy, turns, llm=llm, progress=progress).texts)

@@ -36,11 +36,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from convrag.core.errors import ConvragError
 from convrag.judging.items import AuditDoc, AuditItem
 from convrag.judging.missed import Calibration
 from convrag.judging.pooling import RELEVANT_CUTOFF, GradedRelevance, LLMRelevanceJudge, RelevanceJudge
 from convrag.judging.verdict import failure_kind
-from convrag.core.errors import ConvragError
 from convrag.llm import LLM, LLMError, run_batch
 from convrag.llm.cache import canonical_json
 from convrag.llm.report import FREE_BACKENDS

@@ -27,8 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from convrag.judging.pooling import PooledDoc, pool_runs
 from convrag.core.errors import ConvragError
+from convrag.judging.pooling import PooledDoc, pool_runs
 from convrag.llm.cache import canonical_json
 
 Ranking = Mapping[str, float] | Sequence[str]

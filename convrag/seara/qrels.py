@@ -25,8 +25,8 @@ from typing import Any
 
 from convrag.core.errors import DataError
 from convrag.core.jsonl import json_safe, read_jsonl
-from convrag.metrics.retrieval.trec import write_qrels
 from convrag.core.schema import QRELS, with_extra
+from convrag.metrics.retrieval.trec import write_qrels
 from convrag.seara.judge import PseudoQrels
 
 QRELS_CONFIG = "pseudo-qrels"

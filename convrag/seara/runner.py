@@ -3,8 +3,8 @@
 Work is shared and kept: chunks per (chunking, filter), one index per (chunking, filter, retrieval), lists per
 (configuration, query). A configuration's list for a query is its top-``depth`` chunk ids:
 
-* ``rewriter: none``: the retriever's ranking; ``llm``: :class:`convrag.retrievers.llm_rewrite.QueryRewriter` (the original
-  query and up to ``n_queries`` LLM variants, each searched ``depth_each`` deep, fused by RRF);
+* ``rewriter: none``: the retriever's ranking; ``llm``: :class:`convrag.retrievers.llm_rewrite.QueryRewriter` (the
+  original query and up to ``n_queries`` LLM variants, each searched ``depth_each`` deep, fused by RRF);
 * ``reranker: none``: unchanged; ``llm``: :class:`convrag.retrievers.llm_rerank.ListwiseReranker` over the top ``depth``
   (option, default max(K, window)); ``cross-encoder``: :class:`convrag.retrievers.llm_rerank.CrossEncoderReranker`.
 """

@@ -45,15 +45,15 @@ from typing import Any
 
 from scipy.stats import kendalltau
 
-from convrag.judging.items import AuditDoc, AuditItem
-from convrag.judging.pooling import POOLED, NoisyOracleJudge, OracleJudge, RelevanceJudge, relevance_verdict
-from convrag.judging.verdict import Verdict
-from convrag.builders.base import BuildReport
 from convrag.builders import stratrag_rules as rules
+from convrag.builders.base import BuildReport
 from convrag.builders.mtrag import MTRAG
 from convrag.builders.mtrag_source import locate
 from convrag.builders.stratrag import read_hotpot
 from convrag.core.errors import ConvragError
+from convrag.judging.items import AuditDoc, AuditItem
+from convrag.judging.pooling import POOLED, NoisyOracleJudge, OracleJudge, RelevanceJudge, relevance_verdict
+from convrag.judging.verdict import Verdict
 from convrag.metrics.pr_auc.compute import score_chunks
 from convrag.retrievers import get_retriever
 from convrag.seara.judge import judge_pool

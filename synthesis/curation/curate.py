@@ -41,15 +41,15 @@ from datatrove.executor.local import LocalPipelineExecutor
 from datatrove.pipeline.base import PipelineStep
 from datatrove.utils.stats import PipelineStats
 
+from convrag.core.corpus import CorpusFiles, CorpusReader, corpus_files, iter_file
 from convrag.core.errors import ConvragError
 from convrag.synthesis.curation import quiet
 from convrag.synthesis.curation.boilerplate import TAIL_HEADINGS, BoilerplateRemover, cut_tail
 from convrag.synthesis.curation.chunking import Chunker, ChunkingStep
-from convrag.core.corpus import CorpusFiles, CorpusReader, corpus_files, iter_file
-from convrag.synthesis.engine.pipeline import Estimate, Stage, StageContext, StageReport
-from convrag.synthesis.engine.fingerprint import ReadsCorpus
 from convrag.synthesis.curation.minhash_dedup import MODES, DropListed, GreedyMinhashDedup, MinhashSignature
 from convrag.synthesis.curation.quality import QualityFilter, profile_options, scorer_from_spec
+from convrag.synthesis.engine.fingerprint import ReadsCorpus
+from convrag.synthesis.engine.pipeline import Estimate, Stage, StageContext, StageReport
 from convrag.synthesis.engine.shards import ShardReader, ShardWriter, count_rows
 
 EXECUTORS = ("local", "slurm", "ray")
@@ -154,7 +154,8 @@ class Curate(ReadsCorpus, Stage):
                          "dangling_tokens": dangling_tokens}
         self.minhash = {"num_perm": minhash_perm, "threshold": minhash_threshold, "ngram": minhash_ngram,
                         "seed": minhash_seed, "mode": minhash_mode}
-        # the profile's heuristic rule set, written out (synthesis.curation.quality.profile_options), so params.json says it
+        # the profile's heuristic rule set, written out (synthesis.curation.quality.profile_options), so params.json
+        # says it
         self.quality, self.quality_options = quality, profile_options(quality, quality_options, profile)
         self.profile = profile
         scorer_from_spec(quality, self.quality_options)  # a bad spec fails before anything runs

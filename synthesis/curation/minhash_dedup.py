@@ -40,9 +40,9 @@ from tqdm.auto import tqdm
 
 from convrag.core.errors import ConvragError, DataError
 from convrag.core.progress import label
+from convrag.synthesis.curation.text import jaccard, shingles
 from convrag.synthesis.engine.pipeline import write_table_atomic
 from convrag.synthesis.engine.shards import iter_shard, shard_name
-from convrag.synthesis.curation.text import jaccard, shingles
 
 DROPS_FILE = "near_duplicates.parquet"
 MODES = ("verified", "authors")

@@ -1,1 +1,2 @@
-"""The synthesis engine: named stages over records keyed by stable ids, shards, scheduling, fingerprints, run folders and provenance records."""
+"""The synthesis engine: named stages over records keyed by stable ids, shards, scheduling, fingerprints, run folders
+and provenance records."""

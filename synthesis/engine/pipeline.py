@@ -44,9 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from convrag.core.errors import ConvragError, EmptyResult
+from convrag.core.progress import scope
 from convrag.llm.report import RunReport, load_prices, price_for
 from convrag.llm.types import EndpointUnreachable
-from convrag.core.progress import scope
 from convrag.synthesis.engine.fingerprint import OUTPUT_KEY, REPORT_FILE, RunInputs, output_digest, write_inputs
 from convrag.synthesis.engine.provenance import changed_models, estimate_models
 

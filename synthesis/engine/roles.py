@@ -10,7 +10,6 @@ from convrag.llm import LLM, DiskCache, LLMError, UnparsableReply, get_llm, pars
 from convrag.llm.report import FREE_BACKENDS
 from convrag.synthesis.engine.pipeline import Estimate, StageContext
 
-
 CACHE_DIR = "llm-cache"
 
 

@@ -41,8 +41,8 @@ History budget (``max_history_tokens``, ours; None or 0: no budget). The Questio
 earlier turn as they show it (``synthesis.engine.tokens.count_tokens``; the Questioner: the question twice, in its list
 and in the conversation, and the answer as shown; the Responder: the question and the answer as shown). When the
 turns together pass the budget, the oldest are left out whole, from the list and the conversation alike, until the
-rest fits (``synthesis.engine.tokens.keep_recent``); the current question and the documents are never cut. A prompt whose
-history fits is the one rendered without a budget, byte for byte.
+rest fits (``synthesis.engine.tokens.keep_recent``); the current question and the documents are never cut. A prompt
+whose history fits is the one rendered without a budget, byte for byte.
 
 Rejection rules (:func:`rejection`, first that applies): ``"too short"`` when the stripped rewrite has at most
 ``min_chars`` characters (the authors reject < 3 characters and apply a rewrite only above 3; that is one rule:

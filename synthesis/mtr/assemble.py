@@ -64,10 +64,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from convrag.core.errors import ConvragError
-from convrag.synthesis.mtr.documents import CorpusRef, fetch_documents, iter_documents
-from convrag.synthesis.engine.pipeline import REPORT_FILE, Estimate, Stage, StageContext, StageReport
 from convrag.synthesis.engine.fingerprint import ReadsCorpus
+from convrag.synthesis.engine.pipeline import REPORT_FILE, Estimate, Stage, StageContext, StageReport
 from convrag.synthesis.engine.records import count_records, read_records
+from convrag.synthesis.mtr.documents import CorpusRef, fetch_documents, iter_documents
 
 LAYOUTS = ("splice", "paper")
 DOC = pa.struct([("document_idx", pa.int64()), ("edu_quality", pa.float64()), ("id", pa.string()),
@@ -261,8 +261,8 @@ class Assemble(ReadsCorpus, Stage):
                 "switch_ratio": self.switch_ratio, "test_size": self.test_size, "test_fraction": self.test_fraction}
 
     def _write_provenance(self, ctx: StageContext, agents_input: str) -> None:
-        """``synthesis.json`` (``synthesis.engine.provenance``): the corpus (``source``, else the curate stage's) and the
-        models of the converse stage and, when its output is what was assembled, the polish stage."""
+        """``synthesis.json`` (``synthesis.engine.provenance``): the corpus (``source``, else the curate stage's) and
+        the models of the converse stage and, when its output is what was assembled, the polish stage."""
         from convrag.synthesis.engine.provenance import write_record
 
         corpus = self.source

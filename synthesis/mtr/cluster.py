@@ -29,9 +29,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
+from convrag.core.corpus import corpus_files, count_documents, iter_file
 from convrag.core.errors import ConvragError
 from convrag.core.progress import label
-from convrag.core.corpus import corpus_files, count_documents, iter_file
+from convrag.synthesis.curation.text import ngram_jaccard
+from convrag.synthesis.engine.fingerprint import ReadsCorpus
 from convrag.synthesis.engine.pipeline import (
     REPORT_FILE,
     Estimate,
@@ -40,10 +42,8 @@ from convrag.synthesis.engine.pipeline import (
     StageReport,
     write_table_atomic,
 )
-from convrag.synthesis.engine.fingerprint import ReadsCorpus
-from convrag.synthesis.mtr.knn import check_index, knn_graph
 from convrag.synthesis.engine.shards import count_rows, iter_shard, shard_files
-from convrag.synthesis.curation.text import ngram_jaccard
+from convrag.synthesis.mtr.knn import check_index, knn_graph
 from convrag.synthesis.mtr.traversal import greedy_traversal, random_clusters
 
 METHODS = ("greedy", "random")

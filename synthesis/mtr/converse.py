@@ -8,20 +8,20 @@ gold document, recorded exactly); the Responder sees the history and only that d
 Scheduling: conversations are written to shards of ``shard_size`` (``OUT/converse/part-NNNNN.parquet``,
 ``synthesis.engine.records``). Each conversation goes on as soon as its own previous call returned (Questioner t,
 Responder t, Questioner t+1, ...), ``concurrency`` conversations at a time, taken in order across shard boundaries
-(``synthesis.engine.schedule``), so an OpenAI-compatible server has ``concurrency`` requests in flight while conversations
-remain. The documents drawn at a turn and every prompt depend on the seed, the conversation and its own history
-only, never on timing: the records are those of the earlier turn-batched schedule (turn t of every conversation of
-a shard as one batch), byte for byte (tests/test_synthesis_pipelining.py). Every call goes through the LLM layer's
-cache in ``OUT/llm-cache``: after a kill, the finished shards are kept and the shards in progress are redone from
-cached replies, repeating no call that had finished.
+(``synthesis.engine.schedule``), so an OpenAI-compatible server has ``concurrency`` requests in flight while
+conversations remain. The documents drawn at a turn and every prompt depend on the seed, the conversation and its own
+history only, never on timing: the records are those of the earlier turn-batched schedule (turn t of every conversation
+of a shard as one batch), byte for byte (tests/synthesis/engine/test_pipelining.py). Every call goes through the LLM
+layer's cache in ``OUT/llm-cache``: after a kill, the finished shards are kept and the shards in progress are redone
+from cached replies, repeating no call that had finished.
 
 What the agents see (``profile``; decided against the authors' code and the paper's cost estimate of about
 3,000 input tokens per turn, appendix A.5.4): under ``authors`` (default) the Questioner sees the drawn documents
 and the earlier answers whole and the Responder the earlier answers whole, as the authors' code shows them, and the
 Responder gets no length target (neither paper nor code sets one; the paper measures 87.5 tokens per answer). The
 budget allows it, since it describes these whole-text prompts: with real MTRAG texts at the paper's sizes (chunks
-of ~1,690 characters, answers of ~87 tokens; tests/test_mtr_authors.py) the Questioner's prompt averages ~2,900
-tokens over an 8-turn conversation (2,550 at turn 1, 3,300 at turn 8), where the cuts below give ~1,700. Longer
+of ~1,690 characters, answers of ~87 tokens; tests/synthesis/mtr/test_authors.py) the Questioner's prompt averages
+~2,900 tokens over an 8-turn conversation (2,550 at turn 1, 3,300 at turn 8), where the cuts below give ~1,700. Longer
 conversations, 2,048-character chunks or longer answers go over it: the report has the prompt tokens per role and
 turn (``prompt_tokens_<role>_turn_<t>``) and the mean answer length (``answer_tokens_mean``) to check a run.
 ``convrag`` is our earlier reading, which kept every prompt under 3,000 tokens even at turn 12 with 2,048-character
@@ -31,9 +31,10 @@ answers to 600 for the Responder, answers of about 150 words. An option given by
 History budget (``max_history_tokens``, default ``DEFAULT_MAX_HISTORY_TOKENS`` = 700 tokens, 0: none; the rule in
 ``synthesis.mtr.agents``): each agent prompt shows the latest earlier turns that fit in it, the oldest left out whole
 first, never the current question or the documents. On MTRAG's cited passages it keeps the Questioner's mean prompt
-under 3,000 tokens at every turn of 12 (at most 2,942; 3,842 at turn 12 without it: tests/test_synthesis_estimates.py);
-documents are never cut, so long chunks can pass 3,000 alone (``questioner_doc_chars``). The report counts the prompts
-that left turns out and the turns left out (``history_cut_<role>``). Dry-run estimates: ``synthesis.mtr.estimate``.
+under 3,000 tokens at every turn of 12 (at most 2,942; 3,842 at turn 12 without it:
+tests/synthesis/mtr/test_estimates.py); documents are never cut, so long chunks can pass 3,000 alone
+(``questioner_doc_chars``). The report counts the prompts that left turns out and the turns left out
+(``history_cut_<role>``). Dry-run estimates: ``synthesis.mtr.estimate``.
 
 Failure rule: a Questioner reply that stays unparsable after the LLM layer's re-asks, a call that fails after
 its retries, or an unusable answer (blank, the failure marker) stops the conversation at the last good turn.
@@ -55,15 +56,15 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from convrag.core.errors import ConvragError
-from convrag.llm import EndpointUnreachable, LLMError
 from convrag.core.progress import label
-from convrag.synthesis.mtr.agents import Answer, Doc, Exchange, Question, Questioner, Responder, draw_documents
-from convrag.synthesis.mtr.documents import CorpusRef, fetch_documents
-from convrag.synthesis.engine.pipeline import REPORT_FILE, Estimate, StageContext, StageReport
+from convrag.llm import EndpointUnreachable, LLMError
 from convrag.synthesis.engine.fingerprint import ReadsCorpus
+from convrag.synthesis.engine.pipeline import REPORT_FILE, Estimate, StageContext, StageReport
 from convrag.synthesis.engine.records import RecordStage, read_records
 from convrag.synthesis.engine.roles import check_spec, failure_reason, role_llm, spec_label
 from convrag.synthesis.engine.schedule import overlap_shards
+from convrag.synthesis.mtr.agents import Answer, Doc, Exchange, Question, Questioner, Responder, draw_documents
+from convrag.synthesis.mtr.documents import CorpusRef, fetch_documents
 
 LAYOUTS = ("splice", "paper")
 #: what each profile shows the agents when the option is not given (None: whole texts, no length target)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from convrag.core.errors import ConvragError
 from convrag.core.corpus import corpus_files, iter_file
+from convrag.core.errors import ConvragError
 from convrag.synthesis.engine.pipeline import REPORT_FILE
 from convrag.synthesis.engine.shards import iter_shard, shard_files
 

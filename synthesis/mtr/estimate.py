@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING
 
 from convrag.llm import load_prompt
 from convrag.llm.structured import compact_schema, json_schema_for
-from convrag.synthesis.mtr.agents import Doc, Exchange, Polisher, Questioner, QuestionReply, Responder, draw_documents
-from convrag.synthesis.mtr.documents import CorpusRef, fetch_documents, iter_documents
 from convrag.synthesis.engine.pipeline import REPORT_FILE, Estimate, StageContext
 from convrag.synthesis.engine.records import read_records
 from convrag.synthesis.engine.tokens import count_tokens, head_tokens, prompt_tokens
+from convrag.synthesis.mtr.agents import Doc, Exchange, Polisher, Questioner, QuestionReply, Responder, draw_documents
+from convrag.synthesis.mtr.documents import CorpusRef, fetch_documents, iter_documents
 
 if TYPE_CHECKING:
     from convrag.synthesis.curation.chunking import Chunker

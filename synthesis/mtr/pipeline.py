@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from convrag.core.errors import ConvragError
+from convrag.synthesis.curation.curate import Curate
+from convrag.synthesis.engine.options import order_stages, split_options
+from convrag.synthesis.engine.options import stage_options as options_of
+from convrag.synthesis.engine.pipeline import Pipeline, Stage
 from convrag.synthesis.mtr.assemble import Assemble
 from convrag.synthesis.mtr.cluster import Cluster
 from convrag.synthesis.mtr.converse import Converse
-from convrag.synthesis.curation.curate import Curate
-from convrag.synthesis.engine.pipeline import Pipeline, Stage
-from convrag.synthesis.engine.options import order_stages, split_options
-from convrag.synthesis.engine.options import stage_options as options_of
 from convrag.synthesis.mtr.polish import Polish
 
 STAGES: dict[str, type[Stage]] = {"curate": Curate, "cluster": Cluster, "converse": Converse, "polish": Polish,

@@ -25,14 +25,14 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from convrag.core.errors import ConvragError
-from convrag.llm import EndpointUnreachable, LLMError
 from convrag.core.progress import label
-from convrag.synthesis.mtr.agents import Exchange, Polisher
-from convrag.synthesis.mtr.converse import Converse, turn_figures
-from convrag.synthesis.engine.roles import check_spec, role_llm, spec_label
+from convrag.llm import EndpointUnreachable, LLMError
 from convrag.synthesis.engine.pipeline import Estimate, StageContext, StageReport
 from convrag.synthesis.engine.records import RecordStage, count_records, read_records
+from convrag.synthesis.engine.roles import check_spec, role_llm, spec_label
 from convrag.synthesis.engine.schedule import overlap_shards
+from convrag.synthesis.mtr.agents import Exchange, Polisher
+from convrag.synthesis.mtr.converse import Converse, turn_figures
 
 CALL_FAILED = "kept: call failed"
 

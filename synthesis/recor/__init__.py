@@ -1,1 +1,2 @@
-"""RECOR's Decomposition-and-Verification pipeline: load, align, aspects, facts, turns, release; output in the RECOR builder's source schema."""
+"""RECOR's Decomposition-and-Verification pipeline: load, align, aspects, facts, turns, release; output in the RECOR
+builder's source schema."""

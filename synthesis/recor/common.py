@@ -33,9 +33,9 @@ from pydantic import BaseModel
 
 from convrag.core.errors import ConvragError
 from convrag.llm import LLM, BatchResult, LLMError, SamplingParams, UnparsableReply, load_prompt
-from convrag.synthesis.engine.roles import failure_reason, role_estimate, role_llm, spec_label
 from convrag.synthesis.engine.pipeline import REPORT_FILE, Estimate, StageContext, StageReport
 from convrag.synthesis.engine.records import RecordStage, count_records, read_records
+from convrag.synthesis.engine.roles import failure_reason, role_estimate, role_llm, spec_label
 from convrag.synthesis.engine.schedule import overlap_shards
 
 M = TypeVar("M", bound=BaseModel)

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from convrag.core.errors import ConvragError
-from convrag.synthesis.engine.pipeline import Pipeline, Stage
 from convrag.synthesis.engine.options import order_stages, split_options
+from convrag.synthesis.engine.pipeline import Pipeline, Stage
 
 
 def stage_classes() -> dict[str, type[Stage]]:

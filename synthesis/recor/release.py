@@ -13,8 +13,8 @@ name), version}, and ``turns`` [{turn_id, query, answer, conversation_history ("
 ``Q: ...`` / ``A: ...`` lines of the earlier turns), gold_doc_ids, subquestion_reasoning,
 subquestion_reasoning_metadata {target_information, relevance_signals, irrelevance_signals}}].
 
-``OUT/release/synthesis.json`` names the input file and the LLM of every stage (``synthesis.engine.provenance``), for the
-built benchmark's card.
+``OUT/release/synthesis.json`` names the input file and the LLM of every stage (``synthesis.engine.provenance``), for
+the built benchmark's card.
 
 Document ids: an id that two items of one domain use for different texts is written ``<item id>_<doc id>`` in
 both the corpus and the turns (counted); otherwise ids are kept as given.

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from convrag.core.errors import ConvragError
 from convrag.benchmarks.recor import tables as rt
 from convrag.benchmarks.recor.tables import render_tables
+from convrag.core.errors import ConvragError
 
 MEASURES = ("nDCG@10", "MAP@10", "Recall@10", "MRR@10")
 __all__ = ["MEASURES", "analyse", "render_tables"]

@@ -29,8 +29,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
-from convrag.core.errors import ConvragError, DataError
 from convrag.benchmarks.recor.generation_profile import DEFAULT_PROFILE, comparability, get_profile
+from convrag.core.errors import ConvragError, DataError
 from convrag.core.jsonl import read_jsonl
 from convrag.llm import LLM, EndpointUnreachable, LLMError, load_prompt, run_batch
 from convrag.metrics.generation.judges import lower_keys
@@ -127,9 +127,9 @@ def read_benchmark(folder: str | Path, split: str | None = None) -> Benchmark:
     Reference answers: the ``answer`` of the turn in the profile's ``conversations`` config (RECOR), else the
     turn row's own ``answer`` column (MTR-Bench); a turn without one is an error naming the config.
     """
-    from convrag.evaluation.data import Folder, load_benchmark
     from convrag.builders.profile import profile_of
     from convrag.core.manifest import read_manifest
+    from convrag.evaluation.data import Folder, load_benchmark
 
     manifest = read_manifest(folder)
     profile = profile_of(manifest, source=str(Path(folder) / "README.md"))

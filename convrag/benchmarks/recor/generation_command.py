@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from convrag.core.errors import ConvragError
 from convrag.benchmarks.recor.generation import PROMPT, read_benchmark, read_predictions, score_generation
 from convrag.benchmarks.recor.generation_profile import DEFAULT_PROFILE, authors_bertscorer, get_profile
+from convrag.core.errors import ConvragError
 
 
 def make_lexical(metrics: Sequence[str], profile: str, args: Any) -> Any:
@@ -35,11 +35,11 @@ def make_lexical(metrics: Sequence[str], profile: str, args: Any) -> Any:
 def run_command(args: Any, judges: Sequence[str]) -> int:
     """``convrag evaluate-generation`` for a judge-scored built folder: every input is read and checked before the
     first judge call; nothing is written unless scoring succeeds."""
-    from convrag.evaluation.lexical import parse_metrics
     from convrag.benchmarks.recor.generation_tables import render_tables, write_outputs
+    from convrag.core.progress import wanted
+    from convrag.evaluation.lexical import parse_metrics
     from convrag.llm import get_llm
     from convrag.llm.spec import PLACEHOLDER_WARNING, REAL_MODEL_HINT, is_placeholder
-    from convrag.core.progress import wanted
 
     profile = get_profile(getattr(args, "profile", None) or DEFAULT_PROFILE).name
     if not args.predictions:

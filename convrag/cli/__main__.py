@@ -1,0 +1,7 @@
+"""``python -m convrag.cli``: the ``convrag`` command."""
+
+import sys
+
+from convrag.cli import main
+
+sys.exit(main())

@@ -1,0 +1,114 @@
+"""The ``synthesize`` command: run or resume a synthesis pipeline (``mtr``: MTR-Pipeline; ``recor``: RECOR's
+Decomposition-and-Verification), or estimate it with ``--dry-run``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from convrag.cli.arguments import NO_PROGRESS_HELP
+from convrag.core.errors import ConvragError
+from convrag.core.options import parse_options
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``synthesize`` on the subparsers ``sub``."""
+    p = sub.add_parser("synthesize", help="make a benchmark from your own data (mtr: MTR-Pipeline over a corpus; "
+                                          "recor: RECOR's Decomposition-and-Verification over question-answer items)")
+    p.add_argument("pipeline", choices=("mtr", "recor"),
+                   help="mtr: MTR-Suite's MTR-Pipeline (curate, cluster, converse, polish, assemble); recor: RECOR's "
+                        "Decomposition-and-Verification (load, align, aspects, facts, turns, release)")
+    p.add_argument("--input", metavar="FILE",
+                   help="recor: the question-answer items: JSONL {id, query, answer, documents [{doc_id, text}], "
+                        "reasoning?, domain?, negatives?}, a BRIGHT examples file (--option input_format=bright "
+                        "--option documents=BRIGHT_DOCS.jsonl) or MTRAG conversations.json (--option "
+                        "input_format=mtrag --option domain=NAME)")
+    p.add_argument("--llm", metavar="SPEC", help="recor: LLM spec of every D&V step (default: $CONVRAG_LLM or the "
+                                                 "embedded placeholder), e.g. openai:MODEL@URL")
+    p.add_argument("--corpus", metavar="SOURCE",
+                   help="the corpus: a JSONL / Parquet file (_id or id, title, text), a folder of them, or a folder "
+                        "written by `convrag build` (its corpus config)")
+    p.add_argument("--corpus-config", help="config of a built folder holding the corpus (default: its only *corpus)")
+    p.add_argument("--out", required=True, help="output folder; rerunning the same command resumes an interrupted run")
+    p.add_argument("--stages", help="stages to run (default: all of the pipeline's: mtr curate,cluster,converse,"
+                                    "polish,assemble; recor load,align,aspects,facts,turns,release)")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help="stage option (repeatable), e.g. chunk_size=1024, quality=heuristic, cluster_size=8, k=100, "
+                        "index=flat|hnsw|ivf, method=greedy|random, turns=12, conversations=1000, answer_words=N, "
+                        "switch_ratio=0.5, layout=splice|paper, test_size=1000, profile=authors|convrag; recor: "
+                        "input_format=jsonl|bright|mtrag, documents=PATH, negatives=PATH, domain=NAME, limit=N, "
+                        "threshold=5.0, max_turns=12; an unknown key lists the valid ones")
+    for role, does in (("questioner", "asks the questions"), ("responder", "answers them"),
+                       ("polisher", "rewrites follow-up questions casually")):
+        p.add_argument(f"--{role}", metavar="SPEC", help=f"LLM spec of the model that {does} (default: $CONVRAG_LLM "
+                                                          "or the embedded placeholder), e.g. openai:MODEL@URL")
+    p.add_argument("--concurrency", type=int, help="LLM requests in flight at once: conversations (or items) worked "
+                   "on together, across shards (default 8)")
+    p.add_argument("--tasks", type=int, help="datatrove tasks for curation (default 1; split big corpora in files)")
+    p.add_argument("--workers", type=int, help="datatrove worker processes run at once (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
+    p.add_argument("--redo", metavar="STAGE[,STAGE]", help="clear these stages (and the later ones) and run them again")
+    p.add_argument("--dry-run", action="store_true", help="print records, LLM calls, tokens and cost; write nothing")
+    p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
+    p.set_defaults(func=cmd_synthesize)
+
+
+def cmd_synthesize(args: argparse.Namespace) -> int:
+    """Run (or resume) a synthesis pipeline; ``--dry-run`` prints the estimates and writes nothing."""
+    from convrag.core.progress import wanted
+    from convrag.llm.backends.llamacpp import default_gguf_path
+    from convrag.llm.spec import PLACEHOLDER_MODEL, REAL_MODEL_HINT, SPEC_ENV, is_placeholder, parse_spec
+    from convrag.synthesis.engine.pipeline import format_estimates, format_reports
+    from convrag.synthesis.engine.run_folder import check_run_folder, claim_run_folder, option_paths
+
+    options = parse_options(args.option, "--option")
+    if args.pipeline == "recor":
+        from convrag.synthesis.recor.pipeline import DEFAULT_STAGES, recor_pipeline
+
+        if args.corpus or args.corpus_config:
+            raise ConvragError("synthesize recor reads question-answer items: give --input FILE, not --corpus")
+        for name in ("llm", "concurrency"):
+            if getattr(args, name) is not None:
+                options[name] = getattr(args, name)
+        stages = [s.strip() for s in (args.stages or ",".join(DEFAULT_STAGES)).split(",") if s.strip()]
+        pipeline = recor_pipeline(args.input, stages, seed=args.seed, options=options, count_items=args.dry_run)
+        roles = ["llm"] if is_placeholder(options.get("llm")) and set(stages) - {"load", "release"} else []
+        build_hint = f"Build it: convrag build recor --source {args.out}/release --out BUILT"
+    else:
+        from convrag.synthesis.mtr.pipeline import DEFAULT_STAGES, mtr_pipeline
+
+        if args.input or args.llm:
+            raise ConvragError("--input and --llm are options of synthesize recor; the MTR pipeline takes --corpus "
+                               "and --questioner / --responder / --polisher")
+        for name in ("tasks", "workers", "questioner", "responder", "polisher", "concurrency"):
+            if getattr(args, name) is not None:
+                options[name] = getattr(args, name)
+        stages = [s.strip() for s in (args.stages or ",".join(DEFAULT_STAGES)).split(",") if s.strip()]
+        pipeline = mtr_pipeline(args.corpus, stages, seed=args.seed, corpus_config=args.corpus_config,
+                                options=options)
+        roles = [r for r, stage in (("questioner", "converse"), ("responder", "converse"), ("polisher", "polish"))
+                 if stage in stages and is_placeholder(options.get(r))]
+        build_hint = f"Build it: convrag build mtr-bench --source {args.out}/assemble --out BUILT"
+    progress = wanted(args.no_progress)
+    # the run's inputs (an error naming a missing one) never become its output; --dry-run only checks
+    inputs = [args.corpus, args.input, *option_paths(options), *pipeline.input_files()]
+    folder = (f"synthesize {args.pipeline}", pipeline.name, [args.corpus])
+    if args.dry_run:
+        check_run_folder(args.out, inputs, *folder)
+        print(f"Dry run of {pipeline.name} ({', '.join(s.name for s in pipeline.stages)}): nothing is written.")
+        print(format_estimates(pipeline.estimate(args.out)))
+        return 0
+    if any(parse_spec(options.get(r) or os.environ.get(SPEC_ENV) or "default").kind == "default" for r in roles):
+        default_gguf_path()  # the placeholder is needed: say what to install before any stage runs
+    claim_run_folder(args.out, inputs, *folder)
+    redo = [s.strip() for s in (args.redo or "").split(",") if s.strip()]
+    reports = pipeline.run(args.out, redo=redo, progress=progress, on_note=lambda line: print(line, flush=True),
+                           on_stage=lambda r: print(format_reports([r]), flush=True))
+    print(f"Wrote {args.out} ({', '.join(r.stage for r in reports)}); parameters in {args.out}/<stage>/params.json")
+    if stages[-1] in ("assemble", "release"):
+        print(build_hint)
+    if roles:
+        print(f"\nWarning: the {', '.join(roles)} ran on the embedded {PLACEHOLDER_MODEL} placeholder: these "
+              f"conversations only show that the plumbing works, they are not a benchmark. "
+              f"{REAL_MODEL_HINT.replace('point it', 'Point --' + roles[0])}.")
+    return 0
