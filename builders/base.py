@@ -1,20 +1,15 @@
 """Base class of convrag's benchmark builders (``datasets.GeneratorBasedBuilder`` subclasses).
 
-A builder reads its sources from their public URLs by default; ``source`` (a config keyword) points it at
-a local file or folder in the same format instead. Every builder declares:
+A builder reads its sources from their public URLs by default; ``source`` (a config keyword) points it at a local file
+or folder in the same format instead. Every builder declares ``BENCHMARK`` (the registry name used by the CLI,
+``convrag build <BENCHMARK>``), ``CARD`` (the file in ``dataset_cards/`` rendered into the exported README) and
+``DEFAULT_SOURCES`` (split or file name -> public URL).
 
-* ``BENCHMARK``: the registry name used by the CLI (``convrag build <BENCHMARK>``),
-* ``CARD``: the file in ``dataset_cards/`` rendered into the exported README,
-* ``DEFAULT_SOURCES``: split or file name -> public URL.
-
-Problems found while building (records excluded by a rule, pads added, ids repaired) are collected in
-``self.report`` as counters plus examples, so the exporter can print them and write them into the card:
-nothing is dropped silently.
-
-A ``SourceCache`` (builder keyword ``source_cache``) is shared by the configs of one export, so each source
-file is opened and parsed once per export: small parse results are kept in memory, row streams (corpora) are
-spilled to an intermediate file in the cache's folder and re-read from there. A builder used on its own gets
-a private cache.
+Problems found while building (records excluded by a rule, pads added, ids repaired) are collected in ``self.report``
+as counters plus examples, which the exporter prints and writes into the card: nothing is dropped silently. A
+``SourceCache`` (builder keyword ``source_cache``) shared by the configs of one export opens and parses each source
+file once: small parse results stay in memory, row streams (corpora) are spilled to an intermediate file in the
+cache's folder and re-read from there. A builder used on its own gets a private cache.
 """
 
 from __future__ import annotations

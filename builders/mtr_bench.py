@@ -2,23 +2,19 @@
 
 Configs (split ``test`` = the benchmark, plus ``train`` when the source has it):
 
-* ``conversations``: one row per conversation (``conversation_id``, ``domain`` = "", ``turns`` with the
-  query as ``text``, ``answer``, ``gold_doc_id``, ``cluster_idx``; ``switch_turn`` (-1: none), ``n_turns``);
+* ``conversations``: one row per conversation (``conversation_id``, ``domain`` = "", ``turns`` with the query as
+  ``text``, ``answer``, ``gold_doc_id``, ``cluster_idx``; ``switch_turn`` (-1: none), ``n_turns``);
 * ``queries``: one row per turn, ``_id`` = ``<conversation_id>:<turn>``, ``text`` = the current user query
-  (``messages[-2]``), ``history`` = every message before it, ``switch_turn``, ``switch_phase``,
-  ``cluster_idx``, ``answer`` (``messages[-1]``);
+  (``messages[-2]``), ``history`` = every message before it, ``switch_turn``, ``switch_phase``, ``cluster_idx``,
+  ``answer`` (``messages[-1]``); mteb, which cannot batch the nested ``history``, reads the ``query`` view the export
+  adds instead (``history`` as text, ``convrag.hub.mteb_layout``); ``convrag evaluate`` reads ``queries``;
 * ``qrels``: the turn's one gold document (``corpus-id`` = str(ground_truth_document_idx), score 1);
 * ``candidates``: the turn's pool, the ``document_idx`` of its ``ctxs`` in stored order;
 * ``corpus``: MTR-DOCUMENT (``_id`` = row index), streamed; split ``test`` only, built when the source has it;
 * ``cluster-corpus``: every ``ctxs`` document of the split, sorted by document_idx (a far smaller search space).
 
-The export adds ``query`` for mteb (``_id``, ``text``, ``history`` as text; see ``convrag.hub.mteb_layout``): mteb
-cannot batch the nested ``history`` of ``queries`` and reads ``query`` instead; ``convrag evaluate`` reads ``queries``.
-
-Conversation ids come from a ``conversation_id`` column when the source has one, else ``<split>-<n:05d>``
-(n = the conversation's 0-based position in file order). Option ``release``: ``12turn`` (default, the
-current Hub release) or ``8turn`` (the paper's MTR-BENCH / MTR-train); see ``mtr_bench_source`` for sources.
-The corpus repo ``OkayestProgrammer/MTR-DOCUMENT`` is the one the authors' README (rangehow/mtr-suite) names.
+Conversation ids: the source's ``conversation_id`` column, else ``<split>-<n:05d>`` (n: 0-based file position).
+Option ``release``: ``12turn`` (default, the current Hub release) or ``8turn`` (the paper's MTR-BENCH / MTR-train).
 """
 
 from __future__ import annotations

@@ -2,18 +2,18 @@
 
 Sources (public Hub dataset repos, fetched with ``huggingface_hub.snapshot_download``, Parquet files only):
 
-* ``12turn`` (current release): ``OkayestProgrammer/mtr-qwen35-fp8-12turn``, splits ``test`` (the benchmark)
-  and ``train``; one row per turn with ``turn`` (1-based) and ``switch_turn`` (K, or -1: no hard switch).
-* ``8turn`` (the paper's legacy release): ``OkayestProgrammer/MTR-BENCH`` (its Hub split ``train`` is the
-  benchmark, our ``test``) and ``OkayestProgrammer/MTR-train`` (our ``train``); no ``turn`` / ``switch_turn``
-  columns: a conversation is 8 consecutive rows, turn = len(messages) // 2, hard switch after turn 4.
-* corpus (MTR-DOCUMENT, 1,041,047 passages; row index = ``document_idx``): ``CORPUS_REPO``,
-  ``OkayestProgrammer/MTR-DOCUMENT``, the repository the authors' README (rangehow/mtr-suite) names for it.
+* ``12turn`` (current release): ``OkayestProgrammer/mtr-qwen35-fp8-12turn``, splits ``test`` (the benchmark) and
+  ``train``; one row per turn with ``turn`` (1-based) and ``switch_turn`` (K, or -1: no hard switch).
+* ``8turn`` (the paper's legacy release): ``OkayestProgrammer/MTR-BENCH`` (its Hub split ``train`` is the benchmark,
+  our ``test``) and ``OkayestProgrammer/MTR-train`` (our ``train``); no ``turn`` / ``switch_turn`` columns: a
+  conversation is 8 consecutive rows, turn = len(messages) // 2, hard switch after turn 4.
+* corpus: ``CORPUS_REPO``, ``OkayestProgrammer/MTR-DOCUMENT`` (1,041,047 passages; row index = ``document_idx``),
+  as the authors' README (rangehow/mtr-suite) names it.
 
-A local folder holds ``test*``, ``train*`` and ``corpus*`` files (``.parquet`` or ``.jsonl``) directly or under
-``data/``, or the repos' snapshots as sub-folders named after them (``MTR-BENCH/``, ``MTR-train/``,
-``MTR-DOCUMENT/``...). ``{name: path}`` sources map ``test`` / ``train`` / ``corpus`` to a file, a folder or
-an ``hf://datasets/<owner>/<repo>`` URL. Row numbers in errors are 1-based records (lines for JSONL).
+A local folder holds ``test*``, ``train*`` and ``corpus*`` files (``.parquet`` / ``.jsonl``) directly, under ``data/``
+or in snapshot sub-folders named after the repos (``MTR-BENCH/``, ``MTR-train/``, ``MTR-DOCUMENT/``...). Sources
+``{name: path}`` map ``test`` / ``train`` / ``corpus`` to a file, a folder or an ``hf://datasets/<owner>/<repo>`` URL.
+Row numbers in errors are 1-based records (lines for JSONL).
 """
 
 from __future__ import annotations

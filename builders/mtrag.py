@@ -1,21 +1,19 @@
 """MTRAG (Katsis et al., 2025): 110 human multi-turn RAG conversations over four corpora, 842 tasks.
 
-Configs are named ``<domain>-<view>`` with domain ``clapnq``, ``cloud``, ``fiqa``, ``govt`` or ``all`` (the four
-combined), each with one split ``test``:
+Configs ``<domain>-<view>`` (domain ``clapnq``, ``cloud``, ``fiqa``, ``govt``, or ``all``: the four), split ``test``:
 
-* ``conversations``: one row per conversation, every message with speaker, enrichments (Question Type,
-  Multi-Turn, Answerability, ...), alternatives, and the cited passages with their relevance feedback;
-* ``tasks``: one row per user turn: prior turns + question (``input``), reference answer (``targets``),
-  labels, and the relevant passages (from the released qrels); ``scored`` marks the tasks with qrels;
-* ``lastturn`` / ``questions`` / ``rewrite``: the released query views (BEIR ``_id``, ``text``, plus labels);
-* ``qrels``: the released qrels (``query-id``, ``corpus-id``, ``score``);
-* ``corpus``: the official passage-level corpus (needs ``corpora/passage_level/<domain>.jsonl.zip``);
-* ``cited-corpus``: the passages cited anywhere in the conversations (text from conversations.json), so
-  that retrieval runs without the corpora (every relevant passage is in it; the ranking task is far easier).
+* ``conversations``: one row per conversation, every message with speaker, enrichments (Question Type, Multi-Turn,
+  Answerability, ...), alternatives, and the cited passages with their relevance feedback;
+* ``tasks``: one row per user turn: prior turns + question (``input``), reference answer (``targets``), labels, and
+  the relevant passages (from the released qrels); ``scored`` marks the tasks with qrels;
+* ``lastturn`` / ``questions`` / ``rewrite`` and ``qrels``: the released query views (BEIR ``_id``, ``text``, plus
+  labels) and qrels (``query-id``, ``corpus-id``, ``score``);
+* ``corpus``: the official passage-level corpus (needs ``corpora/passage_level/<domain>.jsonl.zip``); ``cited-corpus``:
+  the passages cited in the conversations (text from conversations.json), for retrieval without the corpora (every
+  relevant passage is in it; the ranking task is far easier).
 
-``source``: None (the upstream repository by URL), a local checkout / folder in its layout, or a mapping
-name -> path (names in ``mtrag_source.mtrag_paths()``, plus ``root``). ``default_configs(options)`` lists the
-configs a source can build (a folder without corpora builds everything but ``*-corpus``).
+``source``: None (the upstream repository by URL), a local checkout / folder in its layout, or a mapping name -> path
+(names in ``mtrag_source.mtrag_paths()``, plus ``root``); without corpora, everything but ``*-corpus`` is built.
 """
 
 from __future__ import annotations

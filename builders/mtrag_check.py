@@ -1,19 +1,15 @@
 """Type checks of MTRAG's ``conversations.json``, run on every conversation before anything is built.
 
-Every problem is a DataError naming the file and the line where the conversation starts, with the
-conversation's number and the path of the bad value (``messages[3].contexts[0].score``) in the message. A
-label of which a task has one (``SINGLE_LABELS``: Answerability, Multi-Turn, Standalone Type) listing two
-different values is an error too: keeping the first would drop the other without a word.
+Every problem is a DataError naming the file and the line where the conversation starts, with the conversation's
+number and the path of the bad value (``messages[3].contexts[0].score``) in the message. A label of which a task has
+one (``SINGLE_LABELS``: Answerability, Multi-Turn, Standalone Type) listing two different values is an error too.
+Empty texts:
 
-Decisions on empty texts:
-
-* an empty (or blank) user message is an error: a task without a question cannot be scored, and dropping the
-  message would renumber the conversation's turns and so its task ids;
-* an empty agent message is kept; the task it answers gets no reference answer (``targets`` empty), counted
-  in the build report (``NO_REFERENCE``): retrieval does not need the answer, and generation scoring refuses
-  a task without one;
-* a cited passage without text is kept (qrels and runs use its id) and counted (``EMPTY_PASSAGE``); where
-  another citation of the same passage has text, that text is used (``cite``).
+* an empty (or blank) user message is an error: a task without a question cannot be scored;
+* an empty agent message is kept; the task it answers gets no reference answer (``targets`` empty), counted in the
+  build report (``NO_REFERENCE``): retrieval does not need the answer, and generation scoring refuses such a task;
+* a cited passage without text is kept (qrels and runs use its id) and counted (``EMPTY_PASSAGE``); where another
+  citation of the same passage has text, that text is used (``cite``).
 """
 
 from __future__ import annotations

@@ -1,20 +1,17 @@
 """Parse the MTRAG release (conversations + retrieval task files) into convrag rows.
 
-Definitions used here (checked against the release by ``tests/builders/test_mtrag.py``):
-
-* A *task* is one user message: turn ``k`` of a conversation is its k-th user message; the task's input is
-  every message before it plus the question itself; its reference answer (``targets``) is the agent message
-  that follows. Task id: ``<conversation id><::><k>``.
-* ``conversations.json`` carries no conversation ids. The id of a conversation is read from the released
-  ``<domain>_questions.jsonl`` file, whose text for task ``<cid><::><k>`` is the conversation's first ``k``
-  user questions (``|user|: ...`` lines): a conversation takes the id whose question texts all equal its own
-  prefixes. Ids are checked to be unambiguous; a conversation of a domain without a questions file gets a
-  synthetic id ``mtrag-<domain>-<nnn>`` (counted in the build report).
-* The relevant passages of a task are its released qrels (authoritative). The report also counts how often
-  they equal the passages whose latest relevance feedback in the conversation is "yes".
-* Every conversation is type-checked before anything is built (``mtrag_check``: errors name the file and the
-  line where the conversation starts; empty user messages are errors, empty agent replies and cited passages
-  without text are kept and counted). An empty query file or query text is an error naming the query file.
+* A *task* is one user message: turn ``k`` of a conversation is its k-th user message; the task's input is every
+  message before it plus the question itself; its reference answer (``targets``) is the agent message that follows.
+  Task id: ``<conversation id><::><k>``.
+* ``conversations.json`` carries no conversation ids. A conversation's id is read from the released
+  ``<domain>_questions.jsonl``, whose text for task ``<cid><::><k>`` is the conversation's first ``k`` user questions
+  (``|user|: ...`` lines): a conversation takes the id whose question texts all equal its own prefixes. Ids are
+  checked to be unambiguous; a conversation of a domain without a questions file gets a synthetic id
+  ``mtrag-<domain>-<nnn>`` (counted in the build report).
+* A task's relevant passages are its released qrels (authoritative); the report also counts how often they equal the
+  passages whose latest relevance feedback in the conversation is "yes".
+* Every conversation is type-checked before anything is built (``mtrag_check``). An empty query file or query text
+  is an error naming the query file.
 """
 
 from __future__ import annotations

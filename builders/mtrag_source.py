@@ -9,10 +9,10 @@ Layout of the IBM ``mt-rag-benchmark`` repository (paths relative to its root, o
 * ``mtragun-human/retrieval_tasks/qrels/<domain>.tsv``: MTRAG-UN qrels;
 * ``corpora/passage_level/<domain>.jsonl.zip``: the passage-level corpora (JSONL ``_id, title, text, url``).
 
-Task ids are ``<conversation id><::><turn>``; ``normalize_task_id`` also accepts the ``::`` separator used
-by the sample input files. Domain (collection) names come in a short form (``clapnq``, ``cloud`` /
-``ibmcloud``, ``fiqa``, ``govt``) and a long form (the Elasticsearch index names, e.g.
-``mt-rag-ibmcloud-elser-512-100-20240502``); ``normalize_domain`` maps all of them to the short form.
+Task ids are ``<conversation id><::><turn>`` (:func:`normalize_task_id` also accepts the sample input files' ``::``).
+Domain (collection) names come short (``clapnq``, ``cloud`` / ``ibmcloud``, ``fiqa``, ``govt``) or long (the
+Elasticsearch index names, e.g. ``mt-rag-ibmcloud-elser-512-100-20240502``); :func:`normalize_domain` maps all of them
+to the short form.
 """
 
 from __future__ import annotations

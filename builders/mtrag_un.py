@@ -1,28 +1,20 @@
 """MTRAG-UN as used in SemEval-2026 Task 8 (MTRAGEval): 507 test tasks over the four MTRAG corpora.
 
-Source files (``mtrag_source.mtrag_un_paths()``): ``mtragun-human/generation_tasks/reference.jsonl`` (one task
-per line: prior turns + question, reference answer, reference passages, labels) and the qrels
-``mtragun-human/retrieval_tasks/qrels/<domain>.tsv``. Configs ``<domain>-<view>`` (domain ``clapnq``,
-``cloud``, ``fiqa``, ``govt`` or ``all``), split ``test``:
+Source files (``mtrag_source.mtrag_un_paths()``): ``mtragun-human/generation_tasks/reference.jsonl`` (one task per
+line: prior turns + question, reference answer, reference passages, labels) and the qrels
+``mtragun-human/retrieval_tasks/qrels/<domain>.tsv``. Configs ``<domain>-<view>`` (domain ``clapnq``, ``cloud``,
+``fiqa``, ``govt`` or ``all``), split ``test``:
 
-* ``tasks``: every task with answerability (ANSWERABLE, PARTIAL, UNANSWERABLE, UNDERSPECIFIED), multi-turn
-  type, question types, collection, ``input``, ``targets``, ``contexts`` (reference passages) and
-  ``relevant_passages`` (from the qrels; ``scored`` marks the tasks that have qrels);
-* ``lastturn`` / ``questions``: query views of *all* tasks, written like MTRAG's released files
-  (``|user|: <question>`` lines; the release has no query files for MTRAG-UN). Subtask A gave participants
-  every task, and the official scorer weights domains by submitted tasks, so the views keep them all;
-  tasks without qrels are not scored;
+* ``tasks``: every task with answerability (ANSWERABLE, PARTIAL, UNANSWERABLE, UNDERSPECIFIED), multi-turn type,
+  question types, collection, ``input``, ``targets``, ``contexts`` (reference passages) and ``relevant_passages``
+  (from the qrels; ``scored`` marks the tasks that have qrels);
+* ``lastturn`` / ``questions``: query views of *all* tasks (tasks without qrels are kept but not scored), written like
+  MTRAG's released files (``|user|: <question>`` lines; the release has no query files for MTRAG-UN);
 * ``qrels``; ``cited-corpus`` (the reference passages of all tasks) and ``corpus`` (official corpora).
 
-Collection names are normalised to the short domain names (``ibmcloud`` and the long index names map to
-``cloud``...) and task ids to ``<cid><::><turn>`` (``::`` accepted); both are counted in the build report.
-
-Every task is checked as it is read (errors name reference.jsonl and the line): missing fields, wrong types
-(a target or context that is not an object, labels that are not strings or lists of strings, an answerability,
-Multi-Turn or Standalone Type listing two different labels, ``answerability`` and ``Answerability`` fields that
-disagree), an empty user message or question, an empty file. Counted in the build report and kept: targets with
-empty text (left out of ``targets``; a task left with none has no reference answer, and generation scoring refuses
-it), reference passages without text, empty agent messages in ``input``, domains without a qrels file.
+Collection names are normalised to short domain names and task ids to ``<cid><::><turn>`` (both counted in the build
+report). Every task is checked as it is read (:func:`_task`). An empty file is an error; a domain without a qrels
+file is counted.
 """
 
 from __future__ import annotations
@@ -136,7 +128,14 @@ def _parse(key: tuple) -> UNData:
 
 
 def _task(obj: dict, path: str, line: int, seen: dict[str, int], data: UNData) -> dict[str, Any]:
-    """One checked task of reference.jsonl (see the module docstring for what is an error and what is counted)."""
+    """One checked task of reference.jsonl; errors name reference.jsonl and the line.
+
+    Errors: missing fields; wrong types (a target or context that is not an object, labels that are not strings or
+    lists of strings, an answerability, Multi-Turn or Standalone Type listing two different labels, ``answerability``
+    and ``Answerability`` fields that disagree); an empty user message or question. Counted in the build report and
+    kept: targets with empty text (left out of ``targets``; a task left with none has no reference answer, and
+    generation scoring refuses it), reference passages without text, empty agent messages in ``input``.
+    """
     at = Checker(path, line, f"task on line {line}")
     missing = [name for name in REQUIRED if obj.get(name) is None]
     if missing:

@@ -1,20 +1,19 @@
 """RECOR (2026): reasoning-focused multi-turn conversational retrieval over 11 BRIGHT / StackExchange domains.
 
-Configs are named ``<domain>-<view>`` with domain one of ``recor_source.DOMAINS`` (lower case, so the
-release's ``Drones`` files are the ``drones`` configs) or ``all``; one split ``test``:
+Configs ``<domain>-<view>`` (split ``test``), domain ``all`` or one of ``recor_source.DOMAINS`` (lower case, so the
+release's ``Drones`` files are the ``drones`` configs):
 
-* ``conversations``: one row per conversation (``conversation_id`` = ``<domain>:<id>``, since BRIGHT-sourced
-  ids are bare numbers that repeat across domains), its turns (query, answer, gold documents, history,
-  sub-question reasoning and its metadata), the original query / answer and the release metadata;
-* ``queries``: one row per turn, ``_id`` = ``<domain>:<conversation id>:<turn_id>``, ``text`` = the turn's
-  query, plus ``domain``, ``conversation_id``, ``turn``, ``history`` and ``reasoning``;
+* ``conversations``: one row per conversation (``conversation_id`` = ``<domain>:<id>``, since BRIGHT-sourced ids are
+  bare numbers that repeat across domains), its turns (query, answer, gold documents, history, sub-question
+  reasoning and its metadata), the original query / answer and the release metadata;
+* ``queries``: one row per turn, ``_id`` = ``<domain>:<conversation id>:<turn_id>``, ``text`` = the turn's query, plus
+  ``domain``, ``conversation_id``, ``turn``, ``history`` and ``reasoning``;
 * ``qrels``: every turn's ``gold_doc_ids`` with score 1 (the release ships no qrels files);
-* ``corpus``: the domain's documents (``_id``, ``title`` = "", ``text``, ``domain``). In ``all-corpus`` a
-  document id used by two domains with different texts is written ``<domain>:<id>`` (in ``all-qrels`` too).
+* ``corpus``: the domain's documents (``_id``, ``title`` = "", ``text``, ``domain``); in ``all-corpus`` (and
+  ``all-qrels``) a document id used by two domains with different texts is written ``<domain>:<id>``.
 
-``source``: None (the release on the Hub, by URL), a URL prefix, or a local folder (release layout, the
-files directly, or a flat ``benchmark.jsonl`` + ``documents.jsonl`` folder). ``default_configs(options)``
-lists the configs a source can build: domains whose files a local folder lacks are skipped.
+``source``: None (the release on the Hub, by URL), a URL prefix, or a local folder (release layout, the files directly,
+or a flat ``benchmark.jsonl`` + ``documents.jsonl`` folder; domains whose files it lacks are skipped).
 """
 
 from __future__ import annotations

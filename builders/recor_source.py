@@ -1,25 +1,18 @@
 """Source handling of the RECOR builder: release layout, strict JSONL readers, parsing and quirk counting.
 
-The public release (``RECOR-Benchmark/RECOR`` on the Hub) holds, per domain ``D`` (file names as released,
-e.g. ``Drones``)::
-
-    data/benchmark/D_benchmark.jsonl   one conversation per line
-    data/corpus/D_documents.jsonl      one document per line: {doc_id, content}
-
-A local ``source`` folder may be in that layout, hold the ``D_*.jsonl`` files directly (or under
-``benchmark/`` and ``corpus/``), or be a *flat* folder with one ``benchmark.jsonl`` and one
-``documents.jsonl`` mixing domains (the curated pilot sample): there a conversation's domain comes from its
-``task`` field and a document's domain from the turns that cite it (or its ``<domain>_`` id prefix).
+The public release (``RECOR-Benchmark/RECOR`` on the Hub) holds, per domain ``D`` (file names as released, e.g.
+``Drones``), ``data/benchmark/D_benchmark.jsonl`` (one conversation per line) and ``data/corpus/D_documents.jsonl``
+(one document per line: ``{doc_id, content}``). A local ``source`` folder may be in that layout, hold the
+``D_*.jsonl`` files directly (or under ``benchmark/`` and ``corpus/``), or be a *flat* folder with one
+``benchmark.jsonl`` and one ``documents.jsonl`` mixing domains (the curated pilot sample): there a conversation's
+domain comes from its ``task`` field and a document's from the turns that cite it (or its ``<domain>_`` id prefix).
 
 Every line is checked as it is read (errors name the file and line): missing fields, wrong types (e.g. a
-``metadata.num_turns`` that is not an int), an empty conversation id, query or gold document id, a
-repeated conversation id (both lines named), a benchmark file without conversations. Kept and counted in the
-build report: turns with an empty answer (the answer is not scored) and documents with empty text (qrels
-may point at them).
-
-Parsing goes through a ``SourceCache`` shared by the configs of an export: each file is read once; a corpus is
-streamed into an intermediate file and only its ids (with a hash of each text) are kept in memory, as compact
-``DocTable`` arrays (24 bytes a document), so memory stays nearly flat in corpus size.
+``metadata.num_turns`` that is not an int), an empty conversation id, query or gold document id, a repeated
+conversation id (both lines named), a benchmark file without conversations. Kept and counted in the build report:
+turns with an empty answer (the answer is not scored) and documents with empty text (qrels may point at them).
+A ``SourceCache`` shared by the configs of an export reads each file once; a corpus is streamed into an intermediate
+file and only its ids (with a hash of each text) stay in memory, as compact ``DocTable`` arrays.
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
 """StratRAG: 15-document multi-hop retrieval pools built from HotpotQA (distractor setting).
 
-Configs (each with ``train`` / ``validation`` splits, as far as sources are given):
+Configs, each with ``train`` / ``validation`` splits as far as sources are given:
 
-* ``all``, ``bridge``, ``comparison``, ``yes-no``: records in the format of the paper's section 3.4:
-  ``id, query, reference_answer, doc_pool[{doc_id, text, source}], gold_doc_indices, metadata, created_at,
-  provenance``; the per-type configs hold the records of one question type.
-* ``corpus`` / ``queries`` / ``qrels``: the same data as a BEIR / mteb retrieval view. ``queries`` carries each
-  query's ``pool`` (its 15 doc ids) for pool-restricted retrieval; ``qrels`` lists the 2 gold documents
-  (score 1). Pads are in the corpus (flagged ``is_pad``), so pools are complete.
-
-Options (config keywords): ``source`` (a HotpotQA file, or {"train": path, "validation": path}; default:
-the official URLs), ``seed`` (42), ``pool_size`` (15), ``fill`` ("pad" or "borrow"), ``max_train`` /
-``max_validation`` (keep the first N records, or a seeded sample of N with ``sample_seed``),
-``validation_row_offset`` (first global row number of validation when train is not built: 2000, as in
-the release), ``created_at`` (timestamp written into records; default: SOURCE_DATE_EPOCH or today).
+* ``all``, ``bridge``, ``comparison``, ``yes-no``: records in the format of the paper's section 3.4 (``id, query,
+  reference_answer, doc_pool[{doc_id, text, source}], gold_doc_indices, metadata, created_at, provenance``); the
+  per-type configs hold the records of one question type;
+* ``corpus`` / ``queries`` / ``qrels``: the same data as a BEIR / mteb retrieval view; ``queries`` carries each query's
+  ``pool`` (its 15 doc ids) for pool-restricted retrieval, ``qrels`` lists the 2 gold documents (score 1), and pads
+  are in the corpus (flagged ``is_pad``), so pools are complete.
+Options (config keywords): :class:`StratRAGConfig`.
 """
 
 from __future__ import annotations
@@ -86,6 +81,12 @@ VIEW_FEATURES = {
 
 @dataclass
 class StratRAGConfig(BenchmarkConfig):
+    """Options (config keywords): ``source`` (a HotpotQA file, or {"train": path, "validation": path}; default: the
+    official URLs), ``seed`` (42), ``pool_size`` (15), ``fill`` ("pad" or "borrow"), ``max_train`` /
+    ``max_validation`` (keep the first N records, or a seeded sample of N with ``sample_seed``),
+    ``validation_row_offset`` (first global row number of validation when train is not built: 2000, as in the
+    release), ``created_at`` (timestamp written into records; default: SOURCE_DATE_EPOCH or today)."""
+
     seed: int = 42
     pool_size: int = rules.POOL_SIZE
     fill: str = "pad"

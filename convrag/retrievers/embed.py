@@ -1,28 +1,19 @@
 """Document embeddings kept on disk (filled ahead of time by ``convrag embed``, :mod:`convrag.cli.embed`).
 
-Where: ``--embeddings-cache DIR`` / the ``cache_dir`` option of the dense retriever, else
-``$CONVRAG_EMBEDDINGS_CACHE``, else ``$CONVRAG_CACHE_DIR/embeddings``, else ``~/.cache/convrag/embeddings``
-(beside the LLM cache; never inside a built folder, which is what ``convrag push`` uploads). The value ``none``
-(or ``off``) turns the disk cache off. Every entry can be deleted at any time; it is then encoded again.
+Root: ``--embeddings-cache DIR`` / the dense retriever's ``cache_dir``, else ``$CONVRAG_EMBEDDINGS_CACHE``, else
+``$CONVRAG_CACHE_DIR/embeddings``, else ``~/.cache/convrag/embeddings`` (beside the LLM cache; never inside a built
+folder, which is what ``convrag push`` uploads); ``none`` (or ``off``) turns the disk cache off. Any entry may be
+deleted at any time: it is then encoded again.
 
-An entry is the folder ``<root>/<key>/`` with ``embeddings.npy`` (float32, one row per document, L2-normalised
-unless the entry's metadata says ``"normalize": "none"`` (``dual`` with inner product), read back memory-mapped),
-``ids.json`` (doc ids in row order) and ``meta.json`` (what the key was made of, the
-sha256 of the array, and, for information only, device, batch size, library versions and time). The key is the
-sha256 of the canonical JSON of everything that changes the vectors:
-
-* the model identity (:func:`model_identity`): a digest of the model folder's files (relative path and size of
-  each; the whole content of files up to 1 MiB and the first and last 1 MiB of larger ones, i.e. weights);
-  the folder's path is not part of it, so a copied cache stays valid for the same model elsewhere. A name that
-  is neither a folder nor in the Hugging Face cache is taken by its name alone;
-* the pooling applied, the document token limit and truncation side, the document prompt, normalisation
-  (always L2) and dtype;
-* the corpus fingerprint (:func:`corpus_fingerprint`): sha256 over every doc id and the exact text encoded
-  (title joined or not, as the retriever's ``use_title`` chose), in order.
-
-Device and batch size are not in the key: they can move the last bits of a float, not its meaning. An entry
-whose files disagree with its key, ids, shape, dtype or checksum is encoded again with a warning. A faiss index
-built over an entry is stored beside it (``faiss-<kind>.index``) and read back when its size matches.
+An entry is the folder ``<root>/<key>/``: ``embeddings.npy`` (float32, one row per document, read back memory-mapped;
+L2-normalised unless its metadata says ``"normalize": "none"``, as ``dual`` with inner product), ``ids.json`` (doc ids
+in row order) and ``meta.json`` (the key's fields, the array's sha256 and, for information only, :func:`provenance`).
+The key (:func:`entry_key`) is the sha256 of the canonical JSON of everything that changes the vectors: the model
+identity (:func:`model_identity`), pooling, document token limit and truncation side, document prompt, normalisation,
+dtype and the corpus fingerprint (:func:`corpus_fingerprint`). Device and batch size are not in it: they can move the
+last bits of a float, not its meaning. An entry whose files disagree with its key, ids, shape, dtype or checksum is
+encoded again with a ``CacheWarning``. A faiss index built over an entry is stored beside it (``faiss-<kind>.index``)
+and read back when its size matches.
 """
 
 from __future__ import annotations
@@ -107,8 +98,10 @@ def _local_folder(model: str) -> Path | None:
 
 @lru_cache(maxsize=16)
 def model_identity(model: str) -> dict[str, str]:
-    """``{"files": sha256}`` over the model folder's files as the module docstring says (a Hub name: its
-    snapshot in the local Hugging Face cache), or ``{"name": model}`` when no local folder is found."""
+    """``{"files": sha256}`` over the model folder's files (a Hub name: its snapshot in the local Hugging Face cache),
+    or ``{"name": model}`` when no local folder is found. The digest covers each file's relative path and size, and
+    the whole content of files up to 1 MiB, the first and last 1 MiB of larger ones (i.e. weights); the folder's path
+    is not part of it, so a copied cache stays valid for the same model elsewhere."""
     folder = _local_folder(model)
     if folder is None:
         return {"name": model}
@@ -123,7 +116,8 @@ def model_identity(model: str) -> dict[str, str]:
 
 
 def corpus_fingerprint(ids: Sequence[str], texts: Sequence[str]) -> str:
-    """``<n>:<sha256>`` over each (doc id, text) in order, every string length-prefixed."""
+    """``<n>:<sha256>`` over each (doc id, text) in order, every string length-prefixed; the text is exactly what is
+    encoded (title joined or not, as the retriever's ``use_title`` chose)."""
     h = hashlib.sha256()
     for doc_id, text in zip(ids, texts, strict=True):
         for s in (doc_id, text):

@@ -3,16 +3,13 @@
 Shard ``K/N`` (1 <= K <= N) of a corpus of ``n`` documents is the rows ``[(K-1)*n//N, K*n//N)`` in corpus order.
 ``convrag embed FOLDER --shard K/N`` encodes only that slice and stores it as a shard entry
 ``<root>/<key>.shards/K-of-N/`` (same files as a full entry, see ``convrag.retrievers.embed``), where ``<key>`` is the
-key of the full entry: the same model identity, encoding settings and fingerprint of the WHOLE corpus, so a shard can
-only ever be assembled into the entry it was made for.
-
-When a dense retriever (``convrag evaluate``, or ``convrag embed`` without ``--shard``) finds no full entry but
-shards of it, it assembles them into the full entry by copying their rows, a chunk at a time, into a
-memory-mapped ``embeddings.npy`` (no document is encoded, and the vectors are never all in memory at once), then
-deletes the shard folder. Every shard is checked first as a full entry is (ids = that slice's ids, shape, dtype,
-checksum) and must say it belongs to that key and slice; one that fails is treated as missing. Missing shards
-(of the N with most shards present) are encoded here with a ``CacheWarning`` naming them: a forgotten or failed
-shard costs only its own slice, never a wrong entry.
+full entry's key (model identity, encoding settings and fingerprint of the WHOLE corpus), so a shard can only ever be
+assembled into the entry it was made for. A dense retriever (``convrag evaluate``, or ``convrag embed`` without
+``--shard``) that finds no full entry but shards of it copies their rows, a chunk at a time, into a memory-mapped
+``embeddings.npy`` (nothing encoded, the vectors never all in memory), then deletes the shard folder. Every shard is
+checked first as a full entry is (ids = that slice's ids, shape, dtype, checksum) and must say it belongs to that key
+and slice; one that fails is treated as missing. Missing shards (of the N with most shards present) are encoded here
+with a ``CacheWarning`` naming them: a forgotten or failed shard costs only its own slice, never a wrong entry.
 """
 
 from __future__ import annotations

@@ -2,20 +2,16 @@
 float32 vectors do not fit in memory.
 
 ``flat`` (``IndexFlatIP``, exact), ``hnsw`` (``IndexHNSWFlat``) and ``ivf`` (``IndexIVFFlat``) hold every float32
-vector in memory. ``ivfpq`` (``IndexIVFPQ``, inner product) holds, per document, only ``m`` codes of ``nbits``
-bits (the product-quantised residual to its coarse centroid: ``m * nbits / 8`` bytes, e.g. 48 bytes for a
-384-dim MiniLM vector at the default ``m = dim / 8``, ``nbits = 8``, against 1,536 bytes in float32). It is built
-from the memory-mapped cache entry without ever holding all float32 vectors in memory: the coarse quantiser and
-the codebooks are trained on a seeded random sample of at most ``train_rows`` rows, then the vectors are added
-``add_rows`` at a time. Stored beside the cache entry, it is read back with faiss ``IO_FLAG_MMAP``: its inverted
-lists (the codes) are memory-mapped from the file, not read into memory.
-
-``ivfpq`` is approximate twice over: a search visits only the ``nprobe`` coarse lists nearest to the query, and
-ranks inside them by PQ-approximated scores, so a document of the exact top-k can be missed. To keep the scores
-that are reported exact, the ``rerank * k`` (plus a margin) best candidates are scored again by exact dot
-products with their stored float32 rows (read from the memory-mapped entry) before the top-k cut: every
-document returned has its brute-force score (up to float32 rounding); what is approximate is which documents
-are found. ``tests/retrievers/test_embedding_shards.py`` measures the overlap with the exact top-10.
+vector in memory. ``ivfpq`` (``IndexIVFPQ``, inner product) holds per document only ``m`` codes of ``nbits`` bits
+(the product-quantised residual to its coarse centroid: ``m * nbits / 8`` bytes; defaults ``m = dim / 8``,
+``nbits = 8``). It is built from the memory-mapped cache entry without ever holding all float32 vectors in memory
+(coarse quantiser and codebooks trained on a seeded random sample of at most ``train_rows`` rows, vectors then added
+``add_rows`` at a time), stored beside the entry and read back with faiss ``IO_FLAG_MMAP`` (its inverted lists, the
+codes, memory-mapped from the file). It is approximate twice over: a search visits only the ``nprobe`` coarse lists
+nearest to the query and ranks inside them by PQ-approximated scores, so a document of the exact top-k can be missed.
+Reported scores stay exact: the ``rerank * k`` (plus a margin) best candidates are scored again by dot products with
+their stored float32 rows before the top-k cut, so every document returned has its brute-force score (up to float32
+rounding); only which documents are found is approximate.
 """
 
 from __future__ import annotations

@@ -5,18 +5,13 @@
     minmax(s)(d) = (s(d) - min_C s) / (max_C s - min_C s)        (0 for every d when s is constant on C)
     hybrid(d)    = alpha * minmax(bm25)(d) + (1 - alpha) * minmax(dense)(d),   alpha = 0.5 by default
 
-C is the query's pool in pool-restricted search (StratRAG). In whole-corpus search C is the union of the
-two components' top-``depth`` lists (``depth`` = max(depth, top_k)); a candidate missing from one list gets
-that component's real score, computed with whole-corpus statistics, not a stand-in value. With
-``top_k=None`` (or depth >= corpus size) C is the whole corpus.
-
-``rrf`` (reciprocal rank fusion, Cormack et al. 2009) of any retrievers r with weights w_r (1 by default)::
-
-    rrf(d) = sum over r of  w_r / (k + rank_r(d)),   k = 60 by default
-
-where rank_r(d) is d's 1-based rank in r's ranking (score descending, then doc id descending). In pool mode
-every component ranks the whole pool; in whole-corpus mode each ranks its top-``depth`` and a document
-missing from a component's list gets nothing from it.
+C is the query's pool in pool-restricted search (StratRAG). In whole-corpus search it is the union of the two
+components' top-``depth`` lists (``depth`` = max(depth, top_k)), a candidate missing from one list getting that
+component's real score under whole-corpus statistics, not a stand-in; with ``top_k=None`` (or depth >= corpus size)
+C is the whole corpus. ``rrf`` (reciprocal rank fusion, Cormack et al. 2009) of retrievers r with weights w_r (1 by
+default): ``rrf(d) = sum over r of w_r / (k + rank_r(d))``, k = 60 by default, rank_r(d) being d's 1-based rank in
+r's ranking (score descending, then doc id descending). In pool mode every component ranks the whole pool; in
+whole-corpus mode each ranks its top-``depth``, and a document missing from a component's list gets nothing from it.
 """
 
 from __future__ import annotations

@@ -1,35 +1,19 @@
 """Lexical baselines: Okapi BM25 with rank-bm25's formula (``bm25``) and with bm25s (``bm25s``, Lucene's variant).
 
-Tokenisation (both, by default) is StratRAG's: ``text.lower().split()``: lowercase, split on whitespace, no
-stemming, no stop words, punctuation kept attached to words. Query and documents are tokenised the same way.
-
-``bm25`` reproduces StratRAG faithfully: the scores of ``rank_bm25.BM25Okapi`` with its defaults ``k1=1.5``,
-``b=0.75``, ``epsilon=0.25``, bitwise, computed from a sparse matrix of precomputed term weights instead of
-rank-bm25's per-document dictionaries (which take minutes per thousand queries on a 500k-document corpus).
-Okapi BM25 score of document d for query q (a token list; repeated tokens count again)::
+Tokenisation (both, by default; query and documents alike) is StratRAG's ``text.lower().split()``: lowercase, split
+on whitespace, no stemming, no stop words, punctuation kept attached to words. ``bm25`` reproduces StratRAG: bitwise
+the scores of ``rank_bm25.BM25Okapi`` with its defaults ``k1=1.5``, ``b=0.75``, ``epsilon=0.25``, computed from a
+sparse matrix of precomputed term weights. Score of document d for query q (a token list; repeats count again)::
 
     sum over t in q of  idf(t) * tf(t, d) * (k1 + 1) / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl))
     idf(t) = ln((N - n(t) + 0.5) / (n(t) + 0.5)), replaced by epsilon * mean(idf) where negative
 
-where N is the number of documents the model was fit on, n(t) how many of them contain t, |d| the token
-count of d and avgdl the mean token count; mean(idf) is over every token of the fitted documents, before any
-replacement. Query tokens absent from the fitted documents add nothing; a collection without any token scores
-every document 0.
-
-Where N, n(t) and avgdl come from (``pool_stats``):
-
-* ``"pool"`` (default): in pool-restricted search, BM25 is fit on each query's own pool documents only, as
-  StratRAG's per-example pools are scored (each example is a small collection of its 15 documents);
-* ``"corpus"``: BM25 is fit once on the whole corpus and pool documents are scored with those statistics.
-
-Whole-corpus search uses the model fit once on the whole corpus by ``index``.
-
-``bm25s`` computes BM25 with sparse precomputed term weights. Its default variant is ``method="lucene"``
-(``idf = ln(1 + (N - n + 0.5) / (n + 0.5))``, always positive; term part ``tf / (tf + k1 * (...))``, without
-rank-bm25's ``k1 + 1`` factor, which does not change rankings); ``method="robertson"`` uses rank-bm25's idf
-clipped at 0 instead of floored at ``epsilon * mean``. So ``bm25s`` and ``bm25`` agree on most rankings but
-not on every score. ``tokenizer="bm25s"`` switches to bm25s' own tokeniser (lowercase, ``\\w\\w+`` tokens,
-English stop words by default, optional ``stemmer`` callable such as a PyStemmer ``stemWords``).
+N: documents the model was fit on; n(t): how many of them contain t; |d|: the token count of d; avgdl: the mean token
+count; mean(idf) is over every token of the fitted documents, before any replacement. Query tokens absent from the
+fitted documents add nothing; a collection without any token scores every document 0. ``pool_stats`` (pool-restricted
+search): ``"pool"`` (default) fits BM25 on each query's own pool, as StratRAG scores each example's 15 documents as a
+small collection; ``"corpus"`` scores pools with the whole-corpus fit, which whole-corpus search always uses.
+``bm25s`` (:class:`BM25SRetriever`) has its own idf and term form: it agrees with ``bm25`` on most rankings only.
 """
 
 from __future__ import annotations
@@ -216,7 +200,15 @@ class BM25Retriever(Retriever):
 
 
 class BM25SRetriever(Retriever):
-    """BM25 via the ``bm25s`` library (sparse precomputed scores; fast on large corpora)."""
+    """BM25 via the ``bm25s`` library (sparse precomputed scores; fast on large corpora).
+
+    ``method="lucene"`` (default): ``idf = ln(1 + (N - n + 0.5) / (n + 0.5))``, always positive, and term part
+    ``tf / (tf + k1 * (...))``, without rank-bm25's ``k1 + 1`` factor (which does not change rankings).
+    ``method="robertson"``: rank-bm25's idf clipped at 0 instead of floored at ``epsilon * mean``. So ``bm25s`` and
+    ``bm25`` agree on most rankings but not on every score. ``pool_stats`` as for ``bm25``. ``tokenizer="bm25s"``
+    switches to bm25s' own tokeniser (lowercase, ``\\w\\w+`` tokens, English ``stopwords`` by default, optional
+    ``stemmer`` callable such as a PyStemmer ``stemWords``).
+    """
 
     name = "bm25s"
 

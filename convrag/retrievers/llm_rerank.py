@@ -1,24 +1,18 @@
 """SEARA rerankers (the space's ``reranker`` dimension): an LLM listwise sliding-window reranker and a local
 cross-encoder. Both take ``rerank(queries, rankings, texts, depth)`` and return new rankings.
 
-Shared definitions: a ranking's repeated ids keep their first occurrence; the *head* is its first ``depth``
-items (all when ``depth`` is None) and only the head is reordered; items below it follow in their previous
-order. ``cost_rank`` orders rerankers for a cheaper-wins tie-break: no reranker 0 < cross-encoder 1 < LLM 2.
+A ranking's repeated ids keep their first occurrence; only its *head*, the first ``depth`` items (all when ``depth``
+is None), is reordered, and the items below it follow in their previous order. ``cost_rank`` orders rerankers for a
+cheaper-wins tie-break: no reranker 0 < cross-encoder 1 < LLM 2.
 
-Listwise (:class:`ListwiseReranker`, RankGPT-style): over a head of n items, windows of ``window`` positions
-move from the bottom to the top by ``stride``: ``[max(0, n - window), n)``, then both ends up by ``stride``,
-until a window starts at position 0 (so the top is always reranked last). Each window of two or more items
-asks the LLM (prompt ``seara_rerank_listwise``, passages numbered from 1, whitespace collapsed and cut to
-``doc_chars`` characters) for ``{"order": [...]}`` (a RankGPT chain "[2] > [4] > [1]" or a bare JSON list is
-read as that order, :func:`read_order`). The reply is read leniently: numbers outside 1..m and
-repeats are dropped, numbers written as ``"3"`` or ``"[3]"`` accepted, and the numbers it leaves out follow in
-their previous order (counted as ``incomplete_order``). A reply naming no valid number (``unusable_order``),
-an unparseable reply or a failed call keeps the window's order and is counted in ``failures``. The windows of
-one query run in sequence (each reads the order the one before it left); the queries run in parallel, each
-starting its next window as soon as its own previous one returns (no round waits for the slowest query).
-
-Cross-encoder (:class:`CrossEncoderReranker`): ``sentence_transformers.CrossEncoder`` loaded offline from a
-local folder scores each (query, text) pair; the head is sorted by score descending, ties by previous rank.
+Listwise (:class:`ListwiseReranker`, RankGPT-style): windows slide from the bottom of the head to its top
+(:func:`windows`); each window of two or more items asks the LLM (prompt ``seara_rerank_listwise``, passages numbered
+from 1, whitespace collapsed and cut to ``doc_chars`` characters) for ``{"order": [...]}`` (or a RankGPT chain or
+bare list, :func:`read_order`), read leniently (:func:`apply_order`). A reply naming no valid number, an unparseable
+reply or a failed call keeps the window's order and is counted in ``failures``. A query's windows run in sequence,
+each reading the order the one before left; queries run in parallel, none waiting for another's round.
+Cross-encoder (:class:`CrossEncoderReranker`): ``sentence_transformers.CrossEncoder``, loaded offline from a local
+folder, scores each (query, text) pair; the head is sorted by score descending, ties by previous rank.
 """
 
 from __future__ import annotations
@@ -82,8 +76,9 @@ def read_order(text: str) -> dict[str, Any] | None:
 
 
 def windows(n: int, window: int, stride: int) -> list[tuple[int, int]]:
-    """``[start, end)`` positions of the sliding windows over a head of ``n`` items, bottom first (module
-    docstring); none when ``n`` < 2."""
+    """``[start, end)`` positions of the sliding windows over a head of ``n`` items, bottom first:
+    ``[max(0, n - window), n)``, then both ends moved up by ``stride``, until a window starts at position 0 (so the
+    top is reranked last); none when ``n`` < 2."""
     out: list[tuple[int, int]] = []
     end = n
     while n >= 2:
@@ -96,8 +91,10 @@ def windows(n: int, window: int, stride: int) -> list[tuple[int, int]]:
 
 
 def apply_order(ids: Sequence[str], order: Sequence[Any]) -> tuple[list[str], str]:
-    """``ids`` reordered by the 1-based ``order`` (lenient reading, module docstring) and what happened:
-    ``complete``, ``incomplete_order`` or ``unusable_order`` (``ids`` unchanged)."""
+    """``ids`` reordered by the 1-based ``order`` and what happened: ``complete``, ``incomplete_order`` or
+    ``unusable_order`` (``ids`` unchanged). Read leniently: numbers outside 1..len(ids) and repeats are dropped,
+    numbers written as ``"3"`` or ``"[3]"`` accepted, and the numbers left out follow in their previous order
+    (``incomplete_order``); an order naming no valid number is ``unusable_order``."""
     picked: list[int] = []
     for item in order:
         if isinstance(item, bool):

@@ -1,14 +1,11 @@
 """SEARA multi-query rewriter (the space's ``rewriter`` dimension): an LLM proposes alternative search queries,
 each is retrieved, and the lists are fused with reciprocal rank fusion.
 
-Definitions:
-
 - *Variants* (:meth:`QueryRewriter.variants`): the original query first, then up to ``n_queries`` LLM queries
-  (prompt ``seara_query_variants``, structured reply ``{"queries": [...]}``, a bare JSON list read as that list)
-  in reply order, each stripped;
-  blanks, non-strings and repeats (of the original or of an earlier variant, compared casefolded with
-  whitespace collapsed) dropped, then the first ``n_queries`` kept. A failed or unparseable call gives the
-  original query alone and is counted in ``failures`` by reason (``call_failed``, ``unparseable``); it never
+  (prompt ``seara_query_variants``, structured reply ``{"queries": [...]}``, a bare JSON list read as that list) in
+  reply order, each stripped; blanks, non-strings and repeats (of the original or of an earlier variant, compared
+  casefolded with whitespace collapsed) dropped, then the first ``n_queries`` kept. A failed or unparseable call gives
+  the original query alone and is counted in ``failures`` by reason (``call_failed``, ``unparseable``); it never
   gives a ranking of its own. A dead endpoint (:class:`EndpointUnreachable`) propagates.
 - *Retrieval* (:meth:`QueryRewriter.retrieve`): every variant ``i`` of query ``q`` is searched as query id
   ``f"{q}\\u241f{i}"`` (``i`` = 0 is the original) to depth ``depth_each``; the lists of ``q`` are fused with

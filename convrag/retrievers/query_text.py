@@ -1,18 +1,16 @@
 """Query texts that know their parts, and fitting them to an encoder's length limit.
 
 A query strategy (``convrag.retrievers.strategies``) returns a :class:`QueryText`: a ``str`` (what BM25 and every other
-retriever see, unchanged) that also records which lines are conversation history, oldest first, and which
-are the protected tail (the current query, and what a strategy appends after it, e.g. reasoning).
+retriever see, unchanged) that also records which lines are conversation history, oldest first, and which are the
+protected tail (the current query, and what a strategy appends after it, e.g. reasoning).
 
 :func:`fit_query` fits such a text to ``limit`` tokens of an encoder (dense retrievers call it for every query):
 
 1. a text that fits is used as is;
 2. otherwise the oldest history lines are dropped, one at a time, until the rest fits; the last line dropped
    is then put back cut from its start (its most recent words kept) as far as it fits, so the budget is used;
-3. if the tail alone is too long, no history is kept and the tail is cut at its end (the current query comes
-   first in every tail, so it is kept whole whenever it fits on its own).
-
-The current query and the appended parts are therefore never cut while they fit, whatever the history's length.
+3. if the tail alone is too long, no history is kept and the tail is cut at its end. The current query comes first
+   in every tail, so it and the appended parts are never cut while they fit, whatever the history's length.
 """
 
 from __future__ import annotations

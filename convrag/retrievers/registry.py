@@ -1,11 +1,8 @@
-"""Retriever registry (filled with the built-in retrievers by the package, :mod:`convrag.retrievers`) and the
-spec-string factory used by the CLI (``--retrievers random,bm25,dense,hybrid``).
-
-Spec strings (``NAME`` or ``NAME:ARGUMENT``):
+"""Retriever registry (filled with the built-in retrievers by :mod:`convrag.retrievers`) and the spec-string factory
+used by the CLI (``--retrievers random,bm25,dense,hybrid``). Spec strings are ``NAME`` or ``NAME:ARGUMENT``:
 
 * ``random`` / ``random:SEED``: uniform random scores (``seed`` option, default 0);
-* ``bm25``: rank-bm25 Okapi BM25, StratRAG tokenisation;
-* ``bm25s``: bm25s BM25 (large corpora);
+* ``bm25``: rank-bm25 Okapi BM25, StratRAG tokenisation; ``bm25s``: bm25s BM25 (large corpora);
 * ``dense`` / ``dense:PATH_OR_NAME``: sentence-transformers cosine similarity (default: shipped MiniLM);
 * ``hybrid`` / ``hybrid:PATH_OR_NAME``: StratRAG's min-max hybrid of bm25 and dense (argument = dense model);
 * ``rrf`` / ``rrf:SPEC+SPEC+...``: reciprocal rank fusion of the given specs (default ``bm25+dense``);
@@ -13,8 +10,8 @@ Spec strings (``NAME`` or ``NAME:ARGUMENT``):
   transformers models (``pooling`` cls/mean, ``similarity`` dot/cosine; Dragon-multiturn's settings by default,
   see ``convrag.retrievers.dual``).
 
-Keyword options go to the retriever's constructor (``get_retriever("hybrid", alpha=0.3)``). A spec's argument
-and an option may not both set the same setting.
+Keyword options go to the retriever's constructor (``get_retriever("hybrid", alpha=0.3)``). A spec's argument and an
+option may not both set the same setting.
 """
 
 from __future__ import annotations

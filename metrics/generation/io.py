@@ -1,25 +1,20 @@
 """Readers that turn MTRAG files into :class:`GenerationTask` lists; every bad input names its file and line.
 
-- :func:`read_responses`: the official evaluation input, one task per line with its predictions
-  (``task_id``, ``input``, ``targets``, ``contexts``, ``predictions``, plus ``answerability``, ``collection``,
-  ``turn``). Passages are the line's ``contexts`` (``passage_source="contexts"``).
-- :func:`tasks_from_rows`: rows of a built MTRAG / MTRAG-UN ``*-tasks`` config (each with the Parquet file and
-  row it came from) joined with a predictions file in the official submission format (``task_id`` +
-  ``predictions``, optionally ``contexts``). Passages are the prediction's own ``contexts`` when the line has
-  that key (Subtask C, ``passage_source="prediction"``), else the task's reference passages (Subtask B,
-  ``passage_source="reference"``).
+- :func:`read_responses`: the official evaluation input, one task per line with its predictions (``task_id``,
+  ``input``, ``targets``, ``contexts``, ``predictions``, plus ``answerability``, ``collection``, ``turn``); passages
+  are the line's ``contexts`` (``passage_source="contexts"``).
+- :func:`tasks_from_rows`: rows of a built MTRAG / MTRAG-UN ``*-tasks`` config (each with its Parquet file and row)
+  joined with predictions in the official submission format (``task_id`` + ``predictions``, optionally ``contexts``);
+  passages are the prediction's ``contexts`` when the line has that key (Subtask C, ``passage_source="prediction"``),
+  else the task's reference passages (Subtask B, ``passage_source="reference"``).
 
-Checks follow the official format checker (``scripts/evaluation/format_checker.py``) where it applies:
-``task_id`` a string; ``predictions`` a list of objects whose ``text`` is a string (an empty answer is
-accepted, as there, and counted); a submission's ``contexts`` at most :data:`MAX_CONTEXTS` objects with a string
-``document_id`` and a numeric ``score``; an empty ``contexts`` list is accepted and counted (a warning there); the
-task ids must be exactly the tasks' ids. Where we differ (stated in the metric card): a submission line may
-leave out ``input`` and ``contexts`` (the built folder holds the conversation; without contexts the reference
-passages are used), every context needs a string ``text`` (the judges read it), ``score`` may not be a bool, and
-a responses file (an evaluation input, not a submission) needs ``targets`` but its ``contexts`` are not checked
-for ``document_id`` / ``score`` / count (the official reference inputs have up to 38 contexts without scores).
-Every reference answer must be a non-empty string. Fields stored as Python-literal strings (as in some release
-files: ``"[{'speaker': ...}]"``) are parsed; NaN means "no value" where a field is optional.
+Checks follow the official ``scripts/evaluation/format_checker.py`` where it applies: ``task_id`` a string;
+``predictions`` objects with a string ``text`` (an empty answer accepted and counted); at most :data:`MAX_CONTEXTS`
+``contexts`` with a string ``document_id`` and a numeric ``score`` (an empty list accepted and counted); task ids
+exactly the tasks' ids. We differ (as the metric card states): a submission line may leave out ``input`` and
+``contexts``, every context needs a string ``text``, ``score`` may not be a bool, and a responses file needs
+``targets`` but its ``contexts`` are not checked for ``document_id`` / ``score`` / count. Reference answers must be
+non-empty strings; Python-literal strings (``"[{'speaker': ...}]"``) are parsed; NaN is "no value" where optional.
 """
 
 from __future__ import annotations

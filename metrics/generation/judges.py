@@ -1,23 +1,19 @@
 """LLM judges of MTRAG generation scoring, all through ``convrag.llm``; replies are read by :mod:`.parsers`.
 
-- IDK: does the reply say, fully or partly, that the information is missing? Official: the word the reply starts
-  with (:func:`~.parsers.official_idk`); strict: its first alphabetic word (:func:`~.parsers.parse_idk`).
-- Clarification (UNDERSPECIFIED tasks): does the reply ask the user for the missing information? JSON
-  ``{decision, explanation}``. Official: one call read by :func:`~.parsers.official_clarification` (0.5 when
-  unreadable); strict: structured output with re-asks, no valid reply -> parse failure.
-- RB_llm: a 1-10 rating after RAD-Bench, divided by 10. Official: :func:`~.parsers.official_rating` (0.5 when
-  unreadable or out of range); strict: :func:`~.parsers.parse_rating`. Several judges: the median of their values.
-- RL_F: claims are extracted from the answer (step 1; repeated claims count once) and checked against the
-  passages in one call (step 2); score = supported / claims. No claims -> ``None`` (undefined: RAGAS returns
-  NaN and the official mean skips it); no passages -> every claim unsupported (0.0) without the step-2 call.
-  Official mode asks once per step, strict mode re-asks; an unreadable reply -> ``None``, flagged.
+- IDK: does the reply say, fully or partly, that the information is missing? Official: the word the reply starts with
+  (:func:`~.parsers.official_idk`); strict: its first alphabetic word (:func:`~.parsers.parse_idk`).
+- Clarification (UNDERSPECIFIED tasks): does the reply ask for the missing information? JSON ``{decision,
+  explanation}``; official: one call (0.5 when unreadable); strict: structured output, re-asked, else a parse failure.
+- RB_llm: a 1-10 rating after RAD-Bench, divided by 10; official :func:`~.parsers.official_rating` (0.5 when
+  unreadable or out of range), strict :func:`~.parsers.parse_rating`; several judges: the median of their values.
+- RL_F: claims extracted from the answer (step 1; repeats count once) are checked against the passages in one call
+  (step 2): supported / claims. No claims -> ``None`` (undefined: RAGAS returns NaN, the official mean skips it); no
+  passages -> 0.0 without step 2. Official mode asks once per step, strict re-asks; unreadable -> ``None``, flagged.
 
-Two kinds of trouble are kept apart. ``fallback``: the judge answered but its reply could not be read, and the
-official default (0.5, "unknown", undefined) was used (official mode) or nothing was (strict mode, value None).
-``call_failed``: the call itself failed after the client's retries (connection refused, timeout, HTTP error);
-the value is None and the task must not be scored. :class:`~convrag.llm.EndpointUnreachable` (a dead endpoint)
-is not caught here: it ends the run. With several judges, IDK, clarification and RL_F use the first one;
-RB_llm asks all of them.
+``fallback``: a reply that could not be read (official mode uses the official default: 0.5, "unknown", undefined;
+strict mode: None). ``call_failed``: the call failed after the client's retries (refused, timeout, HTTP error): None,
+and the task must not be scored. :class:`~convrag.llm.EndpointUnreachable` (a dead endpoint) is not caught: it ends
+the run. With several judges, IDK, clarification and RL_F use the first one; RB_llm asks all of them.
 """
 
 from __future__ import annotations

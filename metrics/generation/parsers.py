@@ -1,22 +1,18 @@
-"""Reading judge replies: the official rules (IBM's MTRAG evaluation scripts, reproduced exactly) and our
-stricter reading, as plain functions.
+"""Reading judge replies: the official rules (IBM's MTRAG evaluation scripts, reproduced exactly) and our stricter
+reading, as plain functions.
 
 Official (``mode="official"``), as ``scripts/evaluation/judge_utils.py`` / ``judge_wrapper.py`` read replies:
 
-- :func:`official_idk`: a reply that is not a string (a failed call) -> None; otherwise the letters at the very
-  start of the reply (after white space) decide: ``yes`` -> 1, ``no`` -> 0, any other word -> 0.5; a reply that
-  does not start with a letter (``**Yes**``, ``"yes"``, ``- yes``, ``1``, empty) -> ``"unknown"``. None and
-  ``"unknown"`` let the raw metric through the conditioning (see ``components.condition``).
-- :func:`official_rating`: ``for example: ...`` is cut from every line, then twelve patterns are tried in a fixed
-  order (:data:`OFFICIAL_RATING_PATTERNS`); each one that matches replaces the value with its FIRST match / 10, so
+- :func:`official_idk`: the word the reply starts with decides (``yes`` 1, ``no`` 0, any other word 0.5); a reply
+  that does not start with a letter is ``"unknown"``, a failed call None. None and ``"unknown"`` let the raw metric
+  through the conditioning (see ``components.condition``).
+- :func:`official_rating`: ``for example: ...`` is cut from every line, then the twelve patterns of
+  :data:`OFFICIAL_RATING_PATTERNS` are tried in order, each match replacing the value with its FIRST match / 10, so
   the last matching pattern wins. No match, or a value outside (0, 1] -> 0.5.
-- :func:`official_clarification`: the JSON in a ```` ```json ```` fence, else the text from the first ``{`` to
-  the first ``}``; invalid backslash escapes removed, braces restored, ``json.loads``; ``decision`` (lower-cased)
-  yes -> 1, no -> 0, anything else or any failure -> 0.5 (the official ``except:`` catches every error, so a
-  reply nested too deep for ``json.loads``, a ``RecursionError``, is 0.5 too).
+- :func:`official_clarification`: the reply's JSON ``decision``: yes -> 1, no -> 0, anything else or any failure 0.5.
 
-Strict (``mode="strict"``): :func:`parse_idk` reads the first alphabetic word anywhere (``**Yes**`` is yes; a
-closed ``<think>`` block and a ``Label:`` naming the field are skipped) and only yes / no / partial(ly) count;
+Strict (``mode="strict"``): :func:`parse_idk` reads the first alphabetic word anywhere (``**Yes**`` is yes; a closed
+``<think>`` block and a ``Label:`` naming the field are skipped) and only yes / no / partial(ly) count;
 :func:`parse_rating` takes the last ``[[N]]``, else ``Rating: N``, else ``N/10`` or ``N out of 10``, and
 :func:`rating_value` accepts (0, 10]. Anything else is a parse failure, which strict mode excludes and counts
 instead of scoring.
@@ -46,7 +42,9 @@ def leading_word(text: Any) -> str | None:
 
 
 def official_idk(text: Any) -> float | str | None:
-    """IDK label as the official scripts read it: 1.0 / 0.0 / 0.5, ``"unknown"``, or None for a non-string."""
+    """IDK label as the official scripts read it: 1.0 / 0.0 / 0.5 by :func:`leading_word` (``yes`` / ``no`` / any
+    other word), ``"unknown"`` for a reply that does not start with a letter (``**Yes**``, ``"yes"``, ``- yes``,
+    ``1``, empty), or None for a non-string (a failed call)."""
     if not isinstance(text, str):
         return None
     token = leading_word(text)
@@ -102,7 +100,11 @@ _INVALID_ESCAPE = re.compile(r'\\(?!["\\/bfnrt]|u[0-9a-fA-F]{4})')
 
 
 def official_clarification_read(text: Any) -> tuple[float, dict[str, Any] | None]:
-    """(value, the parsed JSON object or None) of a clarification reply under the official rule."""
+    """(value, the parsed JSON object or None) of a clarification reply under the official rule: the JSON in a
+    ```` ```json ```` fence, else the text from the first ``{`` to the first ``}``; invalid backslash escapes removed,
+    braces restored, ``json.loads``; ``decision`` (lower-cased) yes -> 1.0, no -> 0.0, anything else or any failure
+    -> 0.5 (the official bare ``except:`` catches every error, so a reply nested too deep for ``json.loads``, a
+    ``RecursionError``, is 0.5 too)."""
     try:
         match = (_FENCED_JSON if "```json" in text else _BRACED).search(text)
         if match is None:

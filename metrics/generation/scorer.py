@@ -1,25 +1,19 @@
 """End-to-end MTRAG generation scoring: RB_alg, RB_llm and RL_F, conditioned on answerability.
 
-For every task: the algorithmic components (against the FIRST reference answer, as the official scorer uses
-``targets[0]``; further references are counted but not used), the IDK judge (always: conditioning needs it),
-the clarification judge (UNDERSPECIFIED tasks under the ``mtrag-un`` conditioning), RB_llm and RL_F; then each
-metric conditioned on the task's answerability and the per-task harmonic mean of the conditioned metrics.
+Per task: the algorithmic components against the FIRST reference answer (as the official scorer uses ``targets[0]``;
+further references are counted, not used), the IDK judge (always: conditioning needs it), the clarification judge
+(UNDERSPECIFIED tasks under ``mtrag-un`` conditioning), RB_llm and RL_F; then each metric conditioned on the task's
+answerability, and the per-task harmonic mean of the conditioned metrics. Modes (see ``parsers``): ``official`` reads
+replies as the official scripts do, with their defaults for unreadable ones (0.5, or an IDK "unknown" that lets the
+raw metric through), counted per judge in ``summary["counts"]["fallbacks"]``; ``strict`` reads them our stricter way,
+re-asks structured judges, and leaves every task with an unreadable reply out of all aggregates (counted, listed).
 
-Modes (the reading of judge replies, see ``parsers``): ``official`` reads every reply exactly as the official
-scripts do, with their defaults for unreadable replies (0.5, or an IDK "unknown" that lets the raw metric through),
-counted per judge in ``summary["counts"]["fallbacks"]``; ``strict`` reads replies our stricter way, re-asks
-structured judges, and leaves every task with an unreadable reply out of all aggregates (counted, listed).
-
-A judge CALL that fails (after the LLM client's retries) is never scored, in either mode: the task is left out
-of every mean and counted in ``summary["counts"]["call_failures"]``; when every task failed, or the client's
-breaker finds the endpoint unreachable, scoring stops with an :class:`~convrag.llm.LLMError`. A metric that is
-undefined for a task (RL_F of an answer without claims, or an unreadable RL_F reply) is left out of that metric's
-mean and of the per-task harmonic mean, and counted in ``summary["counts"]["undefined"]``, mirroring the
-official NaN handling.
-
-An empty prediction (nothing but white space) is scored as given, as the official scripts score it: BERTScore
-raw 0 (bert_score's rule for an empty sentence, see ``components.BertScorer.empty_scores``), ROUGE-L 0, so RB_alg
-0; the judges see the empty answer. Such tasks are counted in ``summary["counts"]["empty_predictions"]``.
+A judge CALL that fails after the client's retries is never scored: the task is left out of every mean and counted in
+``summary["counts"]["call_failures"]``; if every task failed, or the breaker finds the endpoint unreachable, scoring
+stops with an :class:`~convrag.llm.LLMError`. A metric undefined for a task (RL_F without claims, or an unreadable
+RL_F reply) is left out of that metric's mean and of the harmonic mean, counted in ``summary["counts"]["undefined"]``
+(the official NaN handling). An empty (white-space) prediction is scored as given, as officially: BERTScore raw 0,
+ROUGE-L 0, so RB_alg 0; the judges see it; counted in ``summary["counts"]["empty_predictions"]``.
 """
 
 from __future__ import annotations

@@ -1,44 +1,26 @@
 """Retrieval measures with trec_eval conventions, computed with numpy.
 
-A *run* maps each query id to either ``{doc_id: score}`` (ranked by score descending, ties broken by doc id
-descending as plain string comparison, like trec_eval) or a list of doc ids (ranked in the order given).
-As in trec_eval, which keeps scores as C ``float``, scores are compared after rounding to 32-bit floats, so
-scores that differ only beyond about 7 significant digits tie.
-*Qrels* map each query id to ``{doc_id: integer grade}`` or to a list of relevant doc ids (grade 1).
-A document is relevant when its grade is >= 1; grades <= 0 count as not relevant and add no gain.
+A *run* maps each query id to ``{doc_id: score}`` (ranked by score descending, ties by doc id descending as plain
+string comparison, like trec_eval) or to a list of doc ids (ranked in the order given). Scores are compared as 32-bit
+floats, as trec_eval keeps them (C ``float``), so scores that differ only beyond about 7 significant digits tie.
+*Qrels* map each query id to ``{doc_id: integer grade}`` or to a list of relevant doc ids (grade 1). A document is
+relevant when its grade is >= 1; grades <= 0 count as not relevant and add no gain. Measures (``k`` a positive
+integer cut-off, ranks from 1; trec_eval's name in brackets):
 
-Measure names (``k`` is a positive integer cut-off, ranks start at 1):
+- ``nDCG@k``: sum of grade / log2(rank + 1) over the top k, divided by the same sum for the ideal ordering of all
+  judged documents [``ndcg_cut``]; ``nDCG``: no cut-off [``ndcg``];
+- ``Recall@k``: relevant in the top k / all relevant [``recall_k``]; ``R_cap@k``: relevant in the top k /
+  min(k, all relevant) (BEIR's capped recall); ``P@k``: relevant in the top k / k [``P_k``];
+- ``Success@k``: 1 if any relevant document is in the top k, else 0;
+- ``MRR@k``: 1 / rank of the first relevant document, 0 if it is not in the top k; ``MRR``: no cut-off [``recip_rank``];
+- ``MAP@k``: sum of precision at the rank of each relevant document in the top k / all relevant [``map_cut``];
+  ``MAP``: no cut-off [``map``].
 
-- ``nDCG@k``: sum of grade / log2(rank + 1) over the top k, divided by the same sum for the ideal ordering
-  of all judged documents (trec_eval ``ndcg_cut``); ``nDCG`` has no cut-off (trec_eval ``ndcg``).
-- ``Recall@k``: relevant documents in the top k / all relevant documents (trec_eval ``recall_k``).
-- ``R_cap@k``: relevant documents in the top k / min(k, all relevant documents) (BEIR's capped recall).
-- ``Success@k``: 1 if any relevant document is in the top k, else 0.
-- ``MRR@k``: 1 / rank of the first relevant document, 0 if it is not in the top k; ``MRR`` has no cut-off
-  (trec_eval ``recip_rank``).
-- ``MAP@k``: sum of precision at the rank of each relevant document in the top k / all relevant documents
-  (trec_eval ``map_cut``); ``MAP`` has no cut-off (trec_eval ``map``).
-- ``P@k``: relevant documents in the top k / k (trec_eval ``P_k``).
-
-ir_measures' names are read too, as ir_measures writes them, and give the same values as ir_measures (relevance
-level 1): ``R@k`` is ``Recall@k``, ``RR`` is ``MRR`` and ``RR@k`` is ``MRR@k``, ``AP`` is ``MAP`` and ``AP@k`` is
-``MAP@k``; ``nDCG``, ``nDCG@k``, ``P@k`` and ``Success@k`` are spelt alike. Results are keyed by the name asked for.
-
-Queries judged in the qrels but missing from the run (or with an empty ranking) score 0 and count in every
-mean. Queries whose judgments hold no relevant document are left out of the means and listed in
-``RetrievalResult.excluded``; run queries without judgments are listed in ``RetrievalResult.unjudged``.
-Nothing is rounded.
-
-How it is computed, in one vectorised pass over all queries (no Python step per retrieved document):
-``inputs.read_qrels`` / ``inputs.read_run`` check both inputs in bulk and flatten them (every score of every
-ranking in one 32-bit array, the relevant documents with their grades and query numbers). All documents of
-scored rankings are then sorted once as 64-bit keys (ranking number in the high 32 bits, the score's bits mapped
-to an order-preserving unsigned integer in the low 32), and a relevant document's 0-based rank is the number of
-keys of its ranking above its own (two binary searches). Only a relevant document that shares its 32-bit score
-with another document of its ranking needs the doc ids: those tied documents with a greater doc id are added
-(:func:`_count_ahead`, on the queries concerned only). In a ranked list, the rank is the position. From the
-ranks and grades of the relevant documents, every measure at every cut-off is a masked per-query sum
-(``numpy.bincount``) over those documents alone.
+ir_measures' names (``R@k``, ``RR``, ``RR@k``, ``AP``, ``AP@k``: :data:`IR_MEASURES_NAMES`) give ir_measures' values
+(relevance level 1); results are keyed by the name asked for. Judged queries missing from the run (or with an empty
+ranking) score 0 and count in every mean; queries with no relevant document are left out of the means
+(``RetrievalResult.excluded``), run queries without judgments listed in ``RetrievalResult.unjudged``. Nothing is
+rounded. All queries are scored in one vectorised pass, no Python step per retrieved document (:func:`_relevant_ranks`).
 
 >>> run = {"q1": {"d1": 0.9, "d2": 0.8, "d3": 0.1}, "q2": ["d7", "d5"]}
 >>> qrels = {"q1": {"d2": 2, "d3": 1, "d9": 0}, "q2": ["d5"], "q3": {"d4": 1}}

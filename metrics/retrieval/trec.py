@@ -1,14 +1,14 @@
 """Read and write TREC run and qrels files, and read BEIR qrels TSV files.
 
-- TREC run: one line per retrieved document, ``query_id Q0 doc_id rank score tag`` (whitespace separated).
-  Reading keeps the scores (``{query_id: {doc_id: score}}``); like trec_eval, the rank column is checked
-  to be an integer but not used: order comes from the scores.
-- TREC qrels: ``query_id iteration doc_id grade`` (the iteration column is ignored, usually ``0``).
+- TREC run: one line per retrieved document, ``query_id Q0 doc_id rank score tag`` (whitespace separated). Reading
+  keeps the scores (``{query_id: {doc_id: score}}``); like trec_eval, it checks that the rank column is an integer but
+  takes the order from the scores.
+- TREC qrels: ``query_id iteration doc_id grade`` (the iteration column, usually ``0``, is ignored).
 - BEIR qrels: tab-separated ``query-id``, ``corpus-id``, ``score`` with a header line.
 
-Blank lines are skipped. Files ending in ``.gz`` are read and written compressed. Malformed lines, fields
-that are not numbers, repeated (query, doc) pairs and bytes that are not UTF-8 raise ``TrecFormatError`` naming
-``file:line``; a missing file, a folder and truncated or corrupt gzip data raise it naming the file.
+Blank lines are skipped; ``.gz`` files are read and written compressed. Malformed lines, non-numeric fields, repeated
+(query, doc) pairs and bytes that are not UTF-8 raise ``TrecFormatError`` naming ``file:line``; a missing file, a
+folder and truncated or corrupt gzip data raise it naming the file.
 
 >>> import os, tempfile
 >>> folder = tempfile.mkdtemp()

@@ -7,26 +7,13 @@
    ``corpus/<file>.parquet`` with ``_id``, ``title``, ``text``, ``source_id``, ``chunk``, ``source_file``,
    ``source_line`` and the quality columns.
 
-Size rules and passage-level corpora. The authors' rules were made for Wikipedia articles: a chunk shorter than
-``min_length`` (half the chunk size) is dropped, so a document shorter than that is dropped whole. Before any work
-the stage counts the documents shorter than ``min_length`` characters after the boilerplate cut (``size_survey``)
-and prints the count with the option that changes it. ``corpus_level`` picks the rules: ``article`` applies them;
-``passage`` keeps whole a document that fits in one chunk whatever its length (longer documents are chunked, and
-their short pieces dropped, as under ``article``); ``auto`` (default) is ``passage`` when more than half of the
-documents are shorter than ``min_length`` (a passage-level corpus: MTRAG's passages, 80% of the first 300 cited
-ones), else ``article``. The level used and the counts are in the report's figures.
-
-Execution. Below ``in_process_below`` documents (5,000) the local executor runs the tasks one after another in
-this process (datatrove's own one-worker mode: the same step objects, shards, stats files and completion
-markers), whatever ``workers`` says: worker processes would cost more CPU than they save at that size (each
-imports spaCy, datatrove and LangChain again: 7 of the 23.8 CPU seconds of 8 tasks on 2 workers at 2,000
-documents, against 16.8 in this process; benchmarks/bench_curation.py). Above it, ``workers`` processes forked
-from a fork server that imports those modules once (``PRELOAD``). The output never depends on this choice.
-The three run on datatrove's local executor by default (``workers`` processes); ``executor="slurm"`` or
-``"ray"`` hands them to datatrove's Slurm / Ray executors with ``executor_options`` (partition, time, cpus per
-task, ...), chained with ``depends``. A Slurm run returns at once; run the same command again when the jobs
-have finished to collect the report. Finished tasks are never rerun (datatrove's completion markers), and
-outputs are named after the corpus file they come from, so they do not depend on the number of tasks.
+Size rules (``corpus_level``): ``article`` applies the authors' rules, made for Wikipedia articles: a chunk shorter
+than ``min_length`` (half the chunk size) is dropped, so a document shorter than that is dropped whole. ``passage``
+keeps whole a document that fits in one chunk whatever its length (longer ones are chunked as under ``article``).
+``auto`` (default) is ``passage`` when more than half of the documents are shorter than ``min_length`` after the
+boilerplate cut, counted before any work (:func:`size_survey`) and printed with the option that changes it; the
+level used and the counts are in the report. Execution (in this process, worker processes, Slurm, Ray):
+:class:`Curate`; the output never depends on it.
 """
 
 from __future__ import annotations
@@ -54,7 +41,7 @@ from convrag.synthesis.engine.shards import ShardReader, ShardWriter, count_rows
 
 EXECUTORS = ("local", "slurm", "ray")
 CORPUS_LEVELS = ("auto", "article", "passage")
-#: Below this many documents the local executor runs every task in this process (see the module docstring).
+#: Below this many documents the local executor runs every task in this process (see :class:`Curate`).
 IN_PROCESS_BELOW = 5_000
 #: Modules the fork server of the worker processes imports once, so that no worker imports them again.
 PRELOAD = ("__main__", "convrag.synthesis.curation.curate", "langchain_text_splitters", "spacy", "spacy.lang.en")
@@ -116,7 +103,18 @@ def size_survey(files: CorpusFiles, headings: list[str], min_length: int) -> Siz
 
 
 class Curate(ReadsCorpus, Stage):
-    """Curation of a corpus source into ``curate/corpus/*.parquet`` (see the module docstring)."""
+    """Curation of a corpus source into ``curate/corpus/*.parquet`` (see the module docstring).
+
+    Execution. Below ``in_process_below`` documents (5,000) the local executor runs the tasks one after another in
+    this process (datatrove's own one-worker mode: the same step objects, shards, stats files and completion
+    markers), whatever ``workers`` says: at that size worker processes, each importing spaCy, datatrove and
+    LangChain again, cost more CPU than they save. Above it, ``workers`` processes forked from a fork server that
+    imports those modules once (``PRELOAD``). ``executor="slurm"`` or ``"ray"`` hands the three pipelines to
+    datatrove's Slurm / Ray executors with ``executor_options`` (partition, time, cpus per task, ...), chained with
+    ``depends``; a Slurm run returns at once: run the same command again when the jobs have finished to collect the
+    report. Finished tasks are never rerun (datatrove's completion markers), and outputs are named after the corpus
+    file they come from, so they depend neither on the executor nor on the number of tasks.
+    """
 
     name = "curate"
     unit = "documents"

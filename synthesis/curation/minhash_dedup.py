@@ -1,27 +1,19 @@
 """MinHash-LSH near-duplicate removal with datasketch, in two datatrove steps.
 
 Shingles are the character 5-grams of the lowercased, whitespace-collapsed chunk (``synthesis.curation.text.shingles``),
-hashed into a MinHash of 128 permutations (datasketch, seed 1). Chunks are walked in corpus order (file order,
-then line order, then chunk order), greedy keep-first: a chunk is dropped when it matches a chunk kept before
-it, else it is kept and indexed. Two modes decide "matches":
+hashed into a MinHash of 128 permutations (datasketch, seed 1). Chunks are walked in corpus order (file, line, then
+chunk order), greedy keep-first: a chunk is dropped when it matches a chunk kept before it, else kept and indexed.
 
-* ``verified`` (our default): an LSH tuned for recall (bands of 3 rows, 42 bands for 128 permutations:
-  a pair at Jaccard 0.5 becomes a candidate with probability 0.996) proposes candidates; those whose
-  MinHash estimate is within 0.15 of the threshold get an exact check, and a candidate matches only if the
-  exact Jaccard of the two shingle sets is >= the threshold (0.5). The threshold then means what it says,
-  up to the small LSH miss rate. Memory: the LSH bands, signatures and texts of the kept chunks.
-* ``authors`` (the MTR-Suite code): datasketch's LSH for threshold 0.5 (25 bands x 5 rows) and no check, so
-  every candidate matches. It catches a pair at exactly 0.5 only 55% of the time and also drops pairs below
-  the threshold (23% at 0.4). On MTRAG's cited passages it kept a pair at Jaccard 0.503. Its false drops
-  grow with the corpus: each unrelated pair (character 5-gram Jaccard ~0.04) collides with probability
-  ~4e-6, so a chunk meets ~N x 4e-6 false candidates; on 20k synthetic documents 1,672 of 3,418 drops were
-  of pairs under Jaccard 0.2 (benchmarks/bench_curation.py), and at a million chunks most would go.
+* ``verified`` mode (our default): an LSH tuned for recall (bands of 3 rows, 42 bands for 128 permutations;
+  :func:`recall_bands`) proposes candidates; those whose MinHash estimate is within 0.15 of the threshold get an
+  exact check, and a candidate matches only if the exact Jaccard of the two shingle sets is >= the threshold (0.5),
+  which then means what it says, up to the small LSH miss rate.
+* ``authors`` mode (the MTR-Suite code): datasketch's LSH for threshold 0.5 (25 bands x 5 rows) and no check, so
+  every candidate matches: it misses many pairs at the threshold and drops pairs below it, more as the corpus grows.
 
-Why datasketch inside a stage rather than datatrove's MinHash stages: datatrove hashes word n-grams of text
-stripped of punctuation and keeps one document per connected component of duplicate pairs, while the authors
-use character 5-grams and a greedy keep-first walk (A~B, B~C, A!~C keeps A and C). Signatures are computed
-in parallel by every task (``MinhashSignature``); the keep-first walk is sequential by definition and runs as
-one task (``GreedyMinhashDedup``) that holds only the LSH bands of kept chunks and the id set.
+Not datatrove's MinHash stages, which hash word n-grams of punctuation-free text and keep one document per connected
+component of duplicate pairs, where the authors use character 5-grams and a keep-first walk (A~B, B~C, A!~C keeps A
+and C). Every task computes signatures (``MinhashSignature``); the sequential walk is one task (``GreedyMinhashDedup``).
 """
 
 from __future__ import annotations
@@ -106,7 +98,8 @@ class GreedyMinhashDedup(PipelineStep):
     """datatrove step for a single task: the keep-first walk over every chunk shard, in file order.
 
     Writes ``out_folder/near_duplicates.parquet`` (``_id``, ``duplicate_of``: the kept chunk it collided with,
-    the smallest id among several). A chunk id seen twice is an error naming both places.
+    the smallest id among several). A chunk id seen twice is an error naming both places. Memory: the LSH bands of
+    the kept chunks and the id set (``verified`` mode: also their signatures and texts).
     """
 
     name = "MinHash-LSH greedy keep-first"

@@ -1,26 +1,19 @@
 """Quality filtering of curated passages: scorers and a datatrove filter step.
 
-A scorer maps texts to metadata columns and decides, from one text's columns, whether to keep it:
+A scorer (:data:`SPEC_FORMS`) maps texts to metadata columns and decides, from one text's columns, whether to keep it:
 
-* ``heuristic`` (offline default; ours, the authors filter with the two classifiers below): datatrove's Gopher
-  quality rules, then its FineWeb quality rules. Column ``heuristic_quality`` = ``"pass"`` or the first failing
-  rule's name. Under the ``authors`` profile (default; :func:`profile_options`) two rules that judge web-page
-  layout rather than text are off for chunks (:data:`CHUNK_EXEMPT`): FineWeb's "at least 12% of lines end in
-  punctuation" (a chunk is one line or a few, cut mid-sentence by the splitter) and Gopher's "at least 80% of
-  words hold a letter" (datatrove counts every comma and bracket as a word). On MTRAG's cited passages (1,117
-  chunks after deduplication) the full rule set (profile ``convrag``) drops 530 (47%), mostly good prose for those
-  two rules; without them 157 (14%), mostly navigation menus and repeated lines. The authors' classifier filter
-  is not the default because it needs two models (``quality=fineweb-edu:...,nvidia-quality:...``).
-* ``fineweb-edu:MODEL``: a regression classifier (MTR-Suite uses
-  ``nvidia/nemocurator-fineweb-nemotron-4-edu-classifier``). Column ``edu_quality`` = ``logits[:, 0]``; kept
-  when strictly greater than the threshold (1.9).
-* ``nvidia-quality:MODEL``: a 3-class classifier (MTR-Suite uses ``nvidia/quality-classifier-deberta``).
-  Column ``naive_quality`` = the argmax class's label from ``id2label`` (e.g. ``"High"``); kept when the label
-  is in ``keep`` (``("High",)``).
+* ``heuristic`` (offline default; ours): datatrove's Gopher, then FineWeb quality rules; column ``heuristic_quality``
+  = ``"pass"`` or the first failing rule's name. The ``authors`` profile (default) turns off for chunks two rules
+  that judge page layout rather than text (:func:`profile_options`); ``convrag`` keeps both.
+* ``fineweb-edu:MODEL`` (MTR-Suite: ``nvidia/nemocurator-fineweb-nemotron-4-edu-classifier``), a regression
+  classifier: column ``edu_quality`` = ``logits[:, 0]``; kept when strictly greater than the threshold (1.9).
+* ``nvidia-quality:MODEL`` (MTR-Suite: ``nvidia/quality-classifier-deberta``), a 3-class classifier: column
+  ``naive_quality`` = the argmax class's label from ``id2label`` (e.g. ``"High"``); kept when the label is in
+  ``keep`` (``("High",)``).
 
-The MTR-Suite final filter is ``fineweb-edu:... , nvidia-quality:...`` combined: both must keep a text.
-Classifier inputs are truncated to ``max_length`` (512) tokens; models load lazily on first use, so scorers
-and the :class:`QualityFilter` step pickle cheaply (datatrove ships steps to worker processes).
+MTR-Suite's final filter is the two classifiers combined (``quality=fineweb-edu:...,nvidia-quality:...``: both must
+keep a text; not the default, as it needs the two models). Classifier inputs are truncated to ``max_length`` (512)
+tokens; models load lazily, so scorers and :class:`QualityFilter` pickle cheaply (datatrove ships steps to workers).
 """
 
 from __future__ import annotations
@@ -40,7 +33,7 @@ from convrag.core.errors import ConvragError
 from convrag.synthesis.curation.quality_models import FineWebEduScorer, NvidiaQualityScorer
 
 PROFILES = ("authors", "convrag")
-#: datatrove rule settings that turn off the two page-layout rules for chunks (see the module docstring)
+#: datatrove rule settings that turn off the two page-layout rules for chunks (see :func:`profile_options`)
 CHUNK_EXEMPT: dict[str, dict[str, Any]] = {"gopher": {"max_non_alpha_words_ratio": None},
                                            "fineweb": {"line_punct_thr": 0.0}}
 SPEC_FORMS = "heuristic, fineweb-edu:PATH_OR_NAME, nvidia-quality:PATH_OR_NAME (comma-separated to combine)"
@@ -142,7 +135,11 @@ def profile_options(spec: str, options: dict[str, Any] | None, profile: str = "a
     """The quality options ``profile`` implies for ``spec``: under ``authors``, a spec with ``heuristic`` gets
     :data:`CHUNK_EXEMPT` for each of ``gopher`` / ``fineweb`` the options do not set (a dict given is merged over
     it; ``true`` / ``false`` given win whole, so ``true`` is datatrove's defaults); ``convrag`` (our earlier
-    reading) and the classifier specs: the options unchanged."""
+    reading) and the classifier specs: the options unchanged.
+
+    The two rules :data:`CHUNK_EXEMPT` turns off judge web-page layout rather than text: FineWeb's "at least 12% of
+    lines end in punctuation" (a chunk is one line or a few, cut mid-sentence by the splitter) and Gopher's "at
+    least 80% of words hold a letter" (datatrove counts every comma and bracket as a word)."""
     if profile not in PROFILES:
         raise ConvragError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
     out = dict(options or {})

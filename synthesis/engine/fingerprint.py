@@ -1,18 +1,16 @@
 """Input fingerprints of synthesis stages: what a stage's output was computed from, so that a rerun after an
 input changed redoes that stage and every stage after it.
 
-A stage's fingerprint is the SHA-256 of its parameters (stage name, seed and options, as in params.json), of
-every file it reads itself (``Stage.input_files``: the corpus, the items file, option files; the set counts too,
-so a file added to or removed from a corpus folder is a change) and of the output of the stage it builds on:
-the nearest earlier stage of the pipeline finished under OUT, named with its output digest
-(:func:`output_digest`, kept in its ``report.json``). A redone stage whose output differs thus makes every later
-stage redo; one whose output came out the same leaves them. ``OUT/inputs.json`` holds every stage's record (its
-fingerprint, each file's hash, size and modification time, how the files were listed, the stage it builds on and
-that stage's output digest), written when the stage starts; a record counts only while the stage's folder exists.
-
-Files are read by streaming, in blocks of 1 MiB, at most once per run. A file whose size and modification time
-equal the recorded ones keeps its recorded hash without being read, unless it was modified within 2 seconds
-before that hash was taken (an edit in the same clock tick would go unseen: such a file is read again).
+A stage's fingerprint is the SHA-256 of its parameters (stage name, seed and options, as in params.json), of every
+file it reads itself (``Stage.input_files``: the corpus, the items file, option files; the set counts too, so a file
+added to or removed from a corpus folder is a change) and of the output of the stage it builds on: the nearest
+earlier stage of the pipeline finished under OUT, named with its output digest (:func:`output_digest`, kept in its
+``report.json``). A redone stage whose output differs thus makes every later stage redo; one whose output came out
+the same leaves them. ``OUT/inputs.json`` holds every stage's record (its fingerprint, each file's hash, size and
+modification time, how the files were listed, the stage it builds on and that stage's output digest), written when
+the stage starts; a record counts only while the stage's folder exists. Files are read by streaming, in 1 MiB
+blocks, at most once per run; one whose size and modification time equal the recorded ones keeps its recorded hash
+unread, unless modified within 2 seconds before that hash was taken (an edit in the same clock tick would go unseen).
 """
 
 from __future__ import annotations

@@ -1,32 +1,19 @@
 """The synthesis stage engine: a pipeline is a list of named stages run in order under one output folder.
 
-Layout of ``OUT`` (every file is written to a temporary name and renamed, so a killed run never leaves a
-half-written file under its final name)::
+The folder's layout: :class:`Pipeline`. Every file is written to a temporary name and renamed, so a killed run
+never leaves a half-written file under its final name.
 
-    OUT/pipeline.json          pipeline name, seed, stage names
-    OUT/inputs.json            each stage's input fingerprint (``synthesis.engine.fingerprint``; written as it starts)
-    OUT/<stage>/params.json    the stage's parameters, the seed and the LLM of each role, resolved through
-                               $CONVRAG_LLM to the real model (``models``; written before the stage runs)
-    OUT/<stage>/...            the stage's outputs (record shards, arrays)
-    OUT/<stage>/report.json    written last: the stage is finished (with the digest of its output)
-    OUT/<stage>/incomplete.json  instead of report.json: the stage stopped the run (why, with the counts)
-
-Resuming: a stage whose ``report.json`` exists is skipped; an unfinished stage is run again and skips the
-work it already finished (record shards already on disk, datatrove tasks marked complete, arrays already
-saved). LLM calls go through the LLM layer's on-disk cache, so redone work repeats no paid call. A stage
-folder made with other parameters or other models (a role's model name or placeholder flag; not its endpoint, and
-not checked against a params.json written before models were recorded) is an error (rerun with the same
-parameters, or ``redo`` that stage); models do not enter the input fingerprint, so older folders resume. A
-stage whose inputs changed (a corpus file edited, added or removed; the output of the stage it builds on
+Resuming: a stage whose ``report.json`` exists is skipped; an unfinished stage is run again and skips the work it
+already finished (record shards already on disk, datatrove tasks marked complete, arrays already saved). LLM calls
+go through the LLM layer's on-disk cache, so redone work repeats no paid call. A stage folder made with other
+parameters or other models (:meth:`Pipeline.check`) is an error (rerun with the same parameters, or ``redo`` that
+stage). A stage whose inputs changed (a corpus file edited, added or removed; the output of the stage it builds on
 changed) is redone with every stage after it, and the run says so.
 
-No empty success: a stage that ends with no usable record (``Stage.empty``: everything dropped) stops the run
-with :class:`~convrag.core.errors.EmptyResult` naming the stage and the drops per reason; its shards stay on disk
-beside ``incomplete.json`` and the next run redoes it from the start. An LLM endpoint that stops answering
+No empty success: a stage that ends with no usable record (``Stage.empty``: everything dropped) stops the run with
+:class:`~convrag.core.errors.EmptyResult` naming the stage and the drops per reason; its shards stay on disk beside
+``incomplete.json`` and the next run redoes it from the start. An LLM endpoint that stops answering
 (``EndpointUnreachable``) stops the run the same way, and the next run resumes the stage.
-
-Each stage reports records in / out, drops per reason, LLM calls, tokens and cost (``RunReport``) and its
-wall time; ``dry_run`` asks every stage for an estimate (records, calls, tokens, cost) and writes nothing.
 """
 
 from __future__ import annotations
@@ -244,7 +231,20 @@ class _Lock:
 
 @dataclass
 class Pipeline:
-    """Named stages run in order under one output folder; see the module docstring for the layout."""
+    """Named stages run in order under one output folder, laid out as::
+
+        OUT/pipeline.json          pipeline name, seed, stage names
+        OUT/inputs.json            each stage's input fingerprint (``synthesis.engine.fingerprint``; written as it
+                                   starts)
+        OUT/<stage>/params.json    the stage's parameters, the seed and the LLM of each role, resolved through
+                                   $CONVRAG_LLM to the real model (``models``; written before the stage runs)
+        OUT/<stage>/...            the stage's outputs (record shards, arrays)
+        OUT/<stage>/report.json    written last: the stage is finished (with the digest of its output)
+        OUT/<stage>/incomplete.json  instead of report.json: the stage stopped the run (why, with the counts)
+
+    Each stage reports records in / out, drops per reason, LLM calls, tokens and cost (``RunReport``) and its wall
+    time (:class:`StageReport`); :meth:`estimate` (a dry run) asks every stage for records, calls, tokens and cost.
+    """
 
     name: str
     stages: Sequence[Stage]
@@ -264,7 +264,9 @@ class Pipeline:
 
     def check(self, out: Path, redo: Sequence[str] = ()) -> None:
         """Refuse a folder whose finished or started stages were made with other parameters, another seed or other
-        models (see :func:`changed_models`)."""
+        models (see :func:`changed_models`: a role's model name or placeholder flag; not its endpoint, and not
+        checked against a params.json written before models were recorded). Models do not enter the input
+        fingerprint, so older folders resume."""
         for stage in self.stages:
             params_file = out / stage.name / PARAMS_FILE
             if stage.name in redo or not params_file.is_file():

@@ -1,7 +1,6 @@
 """What a synthesized benchmark was made from: ``synthesis.json``, written by a pipeline's last stage beside the
 files a builder reads (``OUT/assemble/``, ``OUT/release/``), and read back by ``convrag build`` for the card.
-
-Record (JSON)::
+Nothing in it depends on the time of the run, so a rerun that changes nothing writes the same bytes. Record::
 
     pipeline: str            "mtr" (MTR-Pipeline) or "recor-dv" (RECOR Decomposition-and-Verification)
     benchmark: str           the builder that reads the files ("mtr-bench", "recor")
@@ -15,11 +14,6 @@ Record (JSON)::
                              ``{"spec": <as given>, "model": null, "placeholder": null, "label": "not recorded ..."}``.
     placeholder: bool        some role ran on the embedded SmolLM2-135M placeholder
     models_unknown: bool     some role's model was not recorded and may have been the placeholder
-
-Nothing in it depends on the time of the run, so a rerun that changes nothing writes the same bytes.
-
-Also here, for the engine: :func:`changed_models` (a stage folder made with other models) and
-:func:`estimate_models` (the models a dry-run estimate names).
 """
 
 from __future__ import annotations

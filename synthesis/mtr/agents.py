@@ -1,56 +1,18 @@
 """The three LLM agents of MTR-Pipeline (MTR-Suite): Questioner, Responder and Polisher, one item at a time.
 
-Definitions (the pipeline stages batch these calls; nothing here reads or writes files):
-
-* **Draw.** :func:`draw_documents` takes ``min(k, len(pool))`` documents from the cluster without replacement
-  with ``random.Random(key)``; the draw order is the numbering [1]..[n] shown to the Questioner. The authors
-  draw 5 documents the same way but unseeded; ours is seeded by the key (the stage passes
-  ``f"{seed}:{conversation_id}:{turn}"``), so a run can be repeated exactly.
-* **Questioner** (user simulator). Sees the drawn documents, numbered, each with its title and its text with
-  ``[digits]`` citation markers removed, whole as the authors show them (``doc_chars``: cut to that many characters
-  at a word boundary, ``...`` marking the cut); one few-shot example drawn with ``random.Random("example:" + key)``
-  from the examples in the prompt file; from turn 2 on also a numbered list of all earlier questions and the
-  conversation as ``User:`` / ``Assistant:`` lines, answers whole as the authors show them
-  (``history_answer_chars``: cut). It must ask one natural question that
-  exactly one document answers, without mentioning the documents; from turn 2 on about a topic, aspect or fact no
-  earlier question covered, preferably from a document not used yet. It returns a :class:`Question`: the text, the
-  chosen number and its document as the gold. The authors prefill ``**Question:**\\n[`` and parse ``N] question`` with
-  a regex, dropping the conversation when that fails; here the LLM layer's structured output (``{"document": N,
-  "question": "..."}``) records the number exactly, a number outside 1..n or a blank question is fed back and
-  re-asked, and a reply that never validates raises :class:`~convrag.llm.types.UnparsableReply` (the stage stops the
-  conversation there). A reply without JSON in the authors' form ``[N] question`` is read as that number and
-  question; a reply cut off inside its JSON (closed by the LLM layer's repair) raises :class:`AgentError`, since
-  its question may be cut too.
-* **Responder** (RAG simulator). Sees the earlier turns as real chat messages (answers whole, as the authors
-  keep them; ``history_answer_chars``: cut), then one user message holding only the gold document (title and
-  marker-free full text) and the question. It is asked for a complete, detailed answer built from the document,
-  without naming documents or sources; with no length target, as in the authors' prompt and the paper (which
-  measures 87.5 tokens per answer); ``answer_words`` adds "about N words". The authors also ask it to
-  reason step by step, which leaks "follow these steps" prose into the answers; we do not. Reasoning up to a
-  ``</think>`` tag is dropped. A blank reply, a refusal (:func:`is_refusal`), or the authors' failure marker
-  ``[ERROR: generation failed]``, raises :class:`AgentError`: it is never stored as an answer.
-* **Polisher** (humanizer; the authors' ``build_dataset`` humanize step, run on turns 2..T). Sees the
-  conversation before the turn as ``[User]:`` / ``[Assistant]:`` lines (assistant messages longer than
-  ``context_answer_chars`` hard-cut there plus ``...``; an empty one reads ``(Start of conversation)``) and the
-  original question, and returns the question as a person would type it. The reply is cleaned (whitespace,
-  reasoning before ``</think>``, a leading ``Question:`` label as :func:`clean_question` removes it, one pair of
-  wrapping quotes or bold stars) and judged by :func:`rejection`; a rejected rewrite keeps the original question,
-  with the reason as the status.
+The stages (``synthesis.mtr.converse``, ``synthesis.mtr.polish``) batch these calls; nothing here reads or writes
+files. Per turn :func:`draw_documents` draws the documents; the :class:`Questioner` (user simulator) asks one
+question that exactly one of them answers and names that document as the gold; the :class:`Responder` (RAG
+simulator) answers from the gold document alone; the :class:`Polisher` (the authors' ``build_dataset`` humanize
+step, turns 2..T) rewrites a question as a person would type it, judged by :func:`rejection`. Each class says what
+its agent sees. A failed agent raises :class:`AgentError` or :class:`~convrag.llm.types.UnparsableReply`; nothing
+failed is ever stored as a question or an answer.
 
 History budget (``max_history_tokens``, ours; None or 0: no budget). The Questioner and the Responder count each
-earlier turn as they show it (``synthesis.engine.tokens.count_tokens``; the Questioner: the question twice, in its list
-and in the conversation, and the answer as shown; the Responder: the question and the answer as shown). When the
-turns together pass the budget, the oldest are left out whole, from the list and the conversation alike, until the
-rest fits (``synthesis.engine.tokens.keep_recent``); the current question and the documents are never cut. A prompt
-whose history fits is the one rendered without a budget, byte for byte.
-
-Rejection rules (:func:`rejection`, first that applies): ``"too short"`` when the stripped rewrite has at most
-``min_chars`` characters (the authors reject < 3 characters and apply a rewrite only above 3; that is one rule:
-length <= 3 is rejected); ``"meta phrase: P"`` when it contains P of ``meta_phrases`` (case-insensitive, the
-first listed that occurs); ``"refusal"`` when it declines the task (:func:`is_refusal`, ours); ``"several lines"``
-when it has more than one non-empty line (ours: the model wrote more than the rewrite); ``"too long"`` when it is
-longer than ``max_ratio`` times the original; ``"unchanged"`` when it equals the original once whitespace runs are
-collapsed (ours).
+earlier turn as they show it (``turn_tokens``, with ``synthesis.engine.tokens.count_tokens``). When the turns
+together pass the budget, the oldest are left out whole, from the question list and the conversation alike, until
+the rest fits (``synthesis.engine.tokens.keep_recent``); the current question and the documents are never cut. A
+prompt whose history fits is the one rendered without a budget, byte for byte.
 """
 
 from __future__ import annotations
@@ -184,13 +146,23 @@ def history_cut_figures(conversations: Iterable[Sequence[Exchange]],
 
 def draw_documents(pool: Sequence[Doc], k: int, key: str) -> list[Doc]:
     """``min(k, len(pool))`` documents of ``pool`` without replacement, drawn with ``random.Random(key)``; the
-    list order is the numbering [1]..[n]."""
+    list order is the numbering [1]..[n] the Questioner sees. The authors draw 5 documents the same way but
+    unseeded; the stage passes the key ``f"{seed}:{conversation_id}:{turn}"``, so a run can be repeated exactly."""
     return random.Random(key).sample(list(pool), min(k, len(pool)))
 
 
 def rejection(original: str, rewrite: str, *, max_ratio: float = 1.3, min_chars: int = 3,
               meta_phrases: Sequence[str] = META_PHRASES) -> str | None:
-    """None when ``rewrite`` may replace ``original``, else the reason (see the module docstring for the rules)."""
+    """None when ``rewrite`` may replace ``original``, else the reason: the first rule that applies of
+
+    * ``"too short"``: the stripped rewrite has at most ``min_chars`` characters (the authors reject < 3 characters
+      and apply a rewrite only above 3; that is one rule: length <= 3 is rejected);
+    * ``"meta phrase: P"``: it contains P of ``meta_phrases`` (case-insensitive, the first listed that occurs);
+    * ``"refusal"``: it declines the task (:func:`is_refusal`; ours);
+    * ``"several lines"``: it has more than one non-empty line (ours: the model wrote more than the rewrite);
+    * ``"too long"``: it is longer than ``max_ratio`` times the original;
+    * ``"unchanged"``: it equals the original once whitespace runs are collapsed (ours).
+    """
     text = rewrite.strip()
     if len(text) <= min_chars:
         return "too short"
@@ -214,7 +186,25 @@ def _params(temperature: float, top_p: float, max_tokens: int) -> SamplingParams
 
 
 class Questioner:
-    """Asks the next user question about one of the drawn documents (module docstring: what it sees)."""
+    """Asks the next user question about one of the drawn documents.
+
+    What it sees: the drawn documents, numbered, each with its title and its text with ``[digits]`` citation markers
+    removed, whole as the authors show them (``doc_chars``: cut to that many characters at a word boundary, ``...``
+    marking the cut); one few-shot example drawn with ``random.Random("example:" + key)`` from the examples in the
+    prompt file; from turn 2 on also a numbered list of all earlier questions and the conversation as ``User:`` /
+    ``Assistant:`` lines, answers whole as the authors show them (``history_answer_chars``: cut). Under the history
+    budget an earlier turn counts its question twice (list and conversation) and its answer as shown.
+
+    It must ask one natural question that exactly one document answers, without mentioning the documents; from
+    turn 2 on about a topic, aspect or fact no earlier question covered, preferably from a document not used yet.
+    It returns a :class:`Question`. The authors prefill ``**Question:**\\n[`` and parse ``N] question`` with a
+    regex, dropping the conversation when that fails; here the LLM layer's structured output (``{"document": N,
+    "question": "..."}``) records the number exactly, a number outside 1..n or a blank question is fed back and
+    re-asked, and a reply that never validates raises :class:`~convrag.llm.types.UnparsableReply` (the stage stops
+    the conversation there). A reply without JSON in the authors' form ``[N] question`` is read as that number and
+    question; a reply cut off inside its JSON (closed by the LLM layer's repair) raises :class:`AgentError`, since
+    its question may be cut too.
+    """
 
     def __init__(self, llm: LLM, *, doc_chars: int | None = None, history_answer_chars: int | None = None,
                  max_history_tokens: int | None = None, max_tokens: int = 256, temperature: float = 0.8,
@@ -274,7 +264,16 @@ class Questioner:
 
 
 class Responder:
-    """Answers the question from the gold document alone, as an ideal RAG assistant would."""
+    """Answers the question from the gold document alone, as an ideal RAG assistant would.
+
+    What it sees: the earlier turns as real chat messages (answers whole, as the authors keep them;
+    ``history_answer_chars``: cut), then one user message holding only the gold document (title and marker-free
+    full text) and the question. It is asked for a complete, detailed answer built from the document, without
+    naming documents or sources, with no length target, as in the authors' prompt and the paper (``answer_words``
+    adds "about N words"); unlike the authors' prompt, not to reason step by step. Reasoning up to a ``</think>``
+    tag is dropped. A blank reply, a refusal (:func:`is_refusal`) or the authors' failure marker
+    ``[ERROR: generation failed]`` raises :class:`AgentError`: it is never stored as an answer.
+    """
 
     def __init__(self, llm: LLM, *, answer_words: int | None = None, max_tokens: int = 512,
                  history_answer_chars: int | None = None, max_history_tokens: int | None = None,
@@ -321,7 +320,14 @@ class Responder:
 
 
 class Polisher:
-    """Rewrites a question the way a person would type it; a rejected rewrite keeps the original."""
+    """Rewrites a question the way a person would type it; a rejected rewrite keeps the original.
+
+    What it sees: the conversation before the turn as ``[User]:`` / ``[Assistant]:`` lines (assistant messages
+    longer than ``context_answer_chars`` hard-cut there plus ``...``; an empty one reads ``(Start of
+    conversation)``) and the original question. The reply is cleaned (whitespace, reasoning before ``</think>``, a
+    leading ``Question:`` label as :func:`clean_question` removes it, one pair of wrapping quotes or bold stars) and
+    judged by :func:`rejection`; a rejected rewrite keeps the original question, with the reason as the status.
+    """
 
     def __init__(self, llm: LLM, *, context_answer_chars: int = 300, max_tokens: int = 100,
                  temperature: float = 0.8, top_p: float = 0.9, max_ratio: float = 1.3, min_chars: int = 3,

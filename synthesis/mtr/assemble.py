@@ -1,51 +1,17 @@
 """MTR-Pipeline last stage: conversation records -> MTR-Bench files (hard topic switches, splits, corpus).
 
 Input: the conversation records of ``OUT/polish`` (or of ``OUT/converse`` when the run has no polish stage).
-Output under ``OUT/assemble/``, a source that ``convrag build mtr-bench --source OUT/assemble`` builds:
-``test.parquet`` and ``train.parquet`` (one row per turn, conversations in consecutive rows) and
-``corpus.parquet`` (MTR-DOCUMENT: every document of the run's corpus, row number = ``document_idx``).
-A split with no conversation gets no file (the builder refuses a split file without rows; it builds the
-splits it finds).
+Output under ``OUT/assemble/``, a source for ``convrag build mtr-bench --source OUT/assemble``: ``test.parquet`` and
+``train.parquet`` (one row per turn, :func:`turn_rows`, conversations in consecutive rows), ``corpus.parquet``
+(MTR-DOCUMENT: every document of the run's corpus, row number = ``document_idx``) and ``synthesis.json`` (the corpus
+and the models that wrote the conversations, ``synthesis.engine.provenance``, for the built benchmark's card). A
+split with no conversation gets no file (the builder refuses a split file without rows; it builds those it finds).
 
-**Layouts.** ``splice`` (the current 12-turn release): the conversations eligible for a hard topic switch are
-the complete ones with at least 3 turns. Of those, ``floor(n_eligible * switch_ratio)`` (one less when odd)
-are drawn at random and paired in draw order. A pair (A, B) draws one switch point K uniformly from
-{2, ..., T-1}, T = the shorter length of the two (the complete conversations of one run all have the
-requested length), and yields two conversations: A[1..K] + B[K+1..] (id ``A+B``) and B[1..K] + A[K+1..]
-(id ``B+A``), both with ``switch_turn`` K. A spliced conversation's turn t > K is the back conversation's
-turn t as generated: its question, answer, gold document, document pool (``doc_ids``) and ``cluster_idx``;
-only its history differs (the front's turns 1..K, then the back's turns K+1..t-1). Inherited artifact: the
-back's turn K+1 question was written after the back's own first K turns, which the spliced conversation
-lacks, so it may point at things never said in it ("that pigment"); the builder's ``first turn after
-switch`` phase isolates those turns. Every other conversation (not drawn, incomplete, too short) is kept
-whole with ``switch_turn`` -1; incomplete ones are never spliced, and one with no turn at all is dropped.
-``paper`` (the legacy 4+4 layout): every complete conversation is paired at random; a pair (A, B) gives one
-conversation, A's turns then B's turns renumbered from len(A)+1, ``switch_turn`` = len(A); B's first turn
-was generated with no history, a clean fresh start. Incomplete conversations and an odd one out are dropped.
-Draws use ``random.Random("assemble:<layout>:<seed>")``. ``synthesis.json`` beside the files names the corpus and
-the models that wrote the conversations (``synthesis.engine.provenance``), for the built benchmark's card.
-
-**Assembled conversation** (``assemble``'s output; per-turn pools, as they change at the switch)::
-
-    id: str              the record's id, or "<front id>+<back id>" for spliced / paired conversations
-    unit: str            split unit: the two children of one spliced pair share it (the id of the first)
-    switch_turn: int     K, len(A) in the paper layout, or -1 (no hard switch)
-    sources: list[str]   ids of the conversation records it is made of, front first
-    complete: bool
-    turns: list of the record's turn dicts, renumbered 1..n in ``turn``, each with its own ``cluster_idx``,
-           ``doc_ids`` (the pool) and ``source`` (the id of the record it comes from)
-
-**Split** (``split``): conversation level. Target test size = min(test_size, floor(n * test_fraction)) for n
-conversations, at least 1 when both are above 0 (a small run still gets its benchmark split). Units (a spliced
-pair's two children, else one conversation; in order of first appearance) are shuffled with
-``random.Random("split:<seed>")`` and moved into test one whole unit at a time until test holds at least the target
-(so test may exceed it by one conversation). The rest is train. Both keep the assembled order. The children of a
-pair stay together because they share their source conversations' clusters and gold documents.
-
-**Rows** (``turn_rows``): MTR-Bench's 12-turn schema (``messages`` = the history and the turn's question and
-answer, 2t messages; ``ctxs`` = the turn's pool; ``ground_truth_document_idx`` / ``ground_truth_ctx``;
-``cluster_idx``; token counts; ``turn``; ``switch_turn``) plus ``conversation_id`` and ``original_query``
-(the turn's question before polishing).
+Layouts (:func:`assemble`): ``splice`` (default, the current 12-turn release) cuts random pairs of complete
+conversations at one switch point K and crosses them into two conversations with ``switch_turn`` K, keeping the
+others whole (``switch_turn`` -1); ``paper`` (the legacy 4+4 layout) joins random pairs of complete conversations
+end to end. Draws use ``random.Random("assemble:<layout>:<seed>")``. The train / test split (:func:`split`) is by
+conversation and keeps a spliced pair's two children together.
 """
 
 from __future__ import annotations
@@ -128,10 +94,37 @@ def paper_pair(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 def assemble(records: Iterable[dict[str, Any]], *, layout: str = "splice", switch_ratio: float = 0.5,
              seed: int = 0) -> tuple[list[dict[str, Any]], Counter[str]]:
-    """Assembled conversations (see the module docstring) and the drops per reason.
+    """Assembled conversations and the drops per reason.
 
-    ``splice``: the output keeps the input order, a spliced child taking its front conversation's place.
-    ``paper``: one conversation per pair, in draw order."""
+    ``splice``: the conversations eligible for a hard topic switch are the complete ones with at least 3 turns. Of
+    those, ``floor(n_eligible * switch_ratio)`` (one less when odd) are drawn at random and paired in draw order. A
+    pair (A, B) draws one switch point K uniformly from {2, ..., T-1}, T = the shorter length of the two (the
+    complete conversations of one run all have the requested length), and yields two conversations: A[1..K] +
+    B[K+1..] (id ``A+B``) and B[1..K] + A[K+1..] (id ``B+A``), both with ``switch_turn`` K (:func:`splice`). A
+    spliced conversation's turn t > K is the back conversation's turn t as generated: its question, answer, gold
+    document, document pool (``doc_ids``) and ``cluster_idx``; only its history differs (the front's turns 1..K,
+    then the back's turns K+1..t-1). Inherited artifact: the back's turn K+1 question was written after the back's
+    own first K turns, which the spliced conversation lacks, so it may point at things never said in it ("that
+    pigment"); the builder's ``first turn after switch`` phase isolates those turns. Every other conversation (not
+    drawn, incomplete, too short) is kept whole with ``switch_turn`` -1; incomplete ones are never spliced, and one
+    with no turn at all is dropped. The output keeps the input order, a spliced child taking its front
+    conversation's place.
+
+    ``paper``: every complete conversation is paired at random; a pair (A, B) gives one conversation, A's turns then
+    B's turns renumbered from len(A)+1, ``switch_turn`` = len(A) (:func:`paper_pair`); B's first turn was generated
+    with no history, a clean fresh start. Incomplete conversations and an odd one out are dropped. One conversation
+    per pair, in draw order.
+
+    An assembled conversation (per-turn pools, as they change at the switch)::
+
+        id: str              the record's id, or "<front id>+<back id>" for spliced / paired conversations
+        unit: str            split unit: the two children of one spliced pair share it (the id of the first)
+        switch_turn: int     K, len(A) in the paper layout, or -1 (no hard switch)
+        sources: list[str]   ids of the conversation records it is made of, front first
+        complete: bool
+        turns: list of the record's turn dicts, renumbered 1..n in ``turn``, each with its own ``cluster_idx``,
+               ``doc_ids`` (the pool) and ``source`` (the id of the record it comes from)
+    """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     rng = random.Random(f"assemble:{layout}:{seed}")
@@ -163,7 +156,12 @@ def split(conversations: list[dict[str, Any]], *, test_size: int = 1000, test_fr
           seed: int = 0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(test, train): whole units in a seeded random order go to test until it holds at least
     min(test_size, floor(n * test_fraction)) conversations, and at least one when test_size and test_fraction are
-    both above 0 (a small run still gets a test split, the benchmark); both keep the input order."""
+    both above 0 (a small run still gets a test split, the benchmark); both keep the input order.
+
+    Units (a spliced pair's two children, else one conversation; in order of first appearance) are shuffled with
+    ``random.Random("split:<seed>")`` and moved into test one whole unit at a time, so test may exceed the target by
+    one conversation. The children of a pair stay together because they share their source conversations' clusters
+    and gold documents."""
     target = min(test_size, _floor(len(conversations) * test_fraction))
     if conversations and test_size > 0 and test_fraction > 0:
         target = max(target, 1)
@@ -189,7 +187,12 @@ def _doc(docs: dict[str, dict[str, Any]], doc_id: str, cid: str) -> dict[str, An
 
 def turn_rows(conversation: dict[str, Any], docs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """The MTR-Bench rows (``TURN_SCHEMA``) of one assembled conversation, one per turn; ``docs`` maps a
-    document id to its ``documents`` row."""
+    document id to its ``documents`` row.
+
+    MTR-Bench's 12-turn schema (``messages`` = the history and the turn's question and answer, 2t messages;
+    ``ctxs`` = the turn's pool; ``ground_truth_document_idx`` / ``ground_truth_ctx``; ``cluster_idx``; token
+    counts; ``turn``; ``switch_turn``) plus ``conversation_id`` and ``original_query`` (the turn's question before
+    polishing)."""
     cid = conversation["id"]
     rows: list[dict[str, Any]] = []
     history: list[dict[str, str]] = []
@@ -235,7 +238,7 @@ def _number(value: Any, name: str) -> float:
 
 
 class Assemble(ReadsCorpus, Stage):
-    """Hard topic switches, conversation-level split and MTR-Bench files (see the module docstring).
+    """Hard topic switches (:func:`assemble`), conversation-level split (:func:`split`) and MTR-Bench files.
 
     ``switch_ratio`` applies to the ``splice`` layout only; ``source`` / ``corpus_config`` name the corpus when
     the run has no curate stage."""

@@ -8,12 +8,10 @@ corpus). Files under ``OUT/cluster/``, each computed once and kept (a rerun afte
 * ``clusters.parquet``: one row per cluster, ``cluster_idx`` and ``doc_ids`` (ordered ``_id`` values);
 * ``dropped.parquet``: documents left out of every cluster, with the reason.
 
-``params.json`` records the sentence-transformers model that embedded the corpus as ``embedding_model``: the
-``model`` option as given, or :data:`DEFAULT_EMBEDDING_MODEL` for the shipped one. Folders of older versions,
-which wrote the key ``model`` (the shipped one as ``"model"``, its folder's name), still read as the same.
-
-``method="greedy"`` is the greedy traversal (``synthesis.mtr.traversal``); ``"random"`` the shuffle-and-cut
-baseline of the authors' ablation.
+``params.json`` names the embedding model as ``embedding_model``: the ``model`` option as given, or
+:data:`DEFAULT_EMBEDDING_MODEL` for the shipped one (older folders' key ``model`` still matches:
+:meth:`Cluster.legacy_params`). ``method="greedy"`` is the greedy traversal (``synthesis.mtr.traversal``);
+``"random"`` the shuffle-and-cut baseline of the authors' ablation.
 """
 
 from __future__ import annotations

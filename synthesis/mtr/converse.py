@@ -1,46 +1,19 @@
 """MTR-Pipeline stage 3: conversations written by two agents, turn by turn (paper 4.3; reference 3.1).
 
-One conversation per cluster of the ``cluster`` stage (all of them, or a seeded sample of ``conversations``).
-Per turn t = 1..T the Questioner sees a seeded draw of ``documents_per_turn`` documents of the cluster
-(numbered) and the history, and returns the number of the one document its question targets (the turn's one
-gold document, recorded exactly); the Responder sees the history and only that document and answers.
+One conversation per cluster of the ``cluster`` stage (all, or a seeded sample of ``conversations``). Per turn
+t = 1..T the Questioner sees a seeded draw of ``documents_per_turn`` documents of the cluster and the history and
+names the one document its question targets (the turn's gold, recorded exactly); the Responder sees the history
+and only that document and answers (``synthesis.mtr.agents``; what they see: :class:`Converse`).
 
-Scheduling: conversations are written to shards of ``shard_size`` (``OUT/converse/part-NNNNN.parquet``,
-``synthesis.engine.records``). Each conversation goes on as soon as its own previous call returned (Questioner t,
-Responder t, Questioner t+1, ...), ``concurrency`` conversations at a time, taken in order across shard boundaries
-(``synthesis.engine.schedule``), so an OpenAI-compatible server has ``concurrency`` requests in flight while
-conversations remain. The documents drawn at a turn and every prompt depend on the seed, the conversation and its own
-history only, never on timing: the records are those of the earlier turn-batched schedule (turn t of every conversation
-of a shard as one batch), byte for byte (tests/synthesis/engine/test_pipelining.py). Every call goes through the LLM
-layer's cache in ``OUT/llm-cache``: after a kill, the finished shards are kept and the shards in progress are redone
-from cached replies, repeating no call that had finished.
+Scheduling: shards of ``shard_size`` (``OUT/converse/part-NNNNN.parquet``, ``synthesis.engine.records``); each
+conversation goes on as soon as its own previous call returned, ``concurrency`` at a time across shards
+(``synthesis.engine.schedule``); draws and prompts depend on the seed, the conversation and its history only, never
+on timing. Calls are cached in ``OUT/llm-cache``: after a kill, finished shards are kept, the rest redone from it.
 
-What the agents see (``profile``; decided against the authors' code and the paper's cost estimate of about
-3,000 input tokens per turn, appendix A.5.4): under ``authors`` (default) the Questioner sees the drawn documents
-and the earlier answers whole and the Responder the earlier answers whole, as the authors' code shows them, and the
-Responder gets no length target (neither paper nor code sets one; the paper measures 87.5 tokens per answer). The
-budget allows it, since it describes these whole-text prompts: with real MTRAG texts at the paper's sizes (chunks
-of ~1,690 characters, answers of ~87 tokens; tests/synthesis/mtr/test_authors.py) the Questioner's prompt averages
-~2,900 tokens over an 8-turn conversation (2,550 at turn 1, 3,300 at turn 8), where the cuts below give ~1,700. Longer
-conversations, 2,048-character chunks or longer answers go over it: the report has the prompt tokens per role and
-turn (``prompt_tokens_<role>_turn_<t>``) and the mean answer length (``answer_tokens_mean``) to check a run.
-``convrag`` is our earlier reading, which kept every prompt under 3,000 tokens even at turn 12 with 2,048-character
-chunks and long answers: documents cut to 800 characters and earlier answers to 240 for the Questioner, earlier
-answers to 600 for the Responder, answers of about 150 words. An option given by name wins over the profile.
-
-History budget (``max_history_tokens``, default ``DEFAULT_MAX_HISTORY_TOKENS`` = 700 tokens, 0: none; the rule in
-``synthesis.mtr.agents``): each agent prompt shows the latest earlier turns that fit in it, the oldest left out whole
-first, never the current question or the documents. On MTRAG's cited passages it keeps the Questioner's mean prompt
-under 3,000 tokens at every turn of 12 (at most 2,942; 3,842 at turn 12 without it:
-tests/synthesis/mtr/test_estimates.py); documents are never cut, so long chunks can pass 3,000 alone
-(``questioner_doc_chars``). The report counts the prompts that left turns out and the turns left out
-(``history_cut_<role>``). Dry-run estimates: ``synthesis.mtr.estimate``.
-
-Failure rule: a Questioner reply that stays unparsable after the LLM layer's re-asks, a call that fails after
-its retries, or an unusable answer (blank, the failure marker) stops the conversation at the last good turn.
-It is kept, marked incomplete, when it reached ``min_turns`` (default: all turns, so by default it is
-dropped); otherwise it is dropped. Either way the reason is counted. Nothing is filled in; an endpoint that
-stays down stops the run (rerun to resume).
+Failure rule: a Questioner reply unparsable after the re-asks, a call failing after its retries, or an unusable
+answer (blank, the failure marker) stops the conversation at the last good turn: kept, marked incomplete, when it
+reached ``min_turns`` (default: all turns, so by default dropped), else dropped; the reason is counted. Nothing is
+filled in; an endpoint that stays down stops the run (rerun to resume).
 """
 
 from __future__ import annotations
@@ -75,7 +48,7 @@ PROFILE_DEFAULTS: dict[str, dict[str, int | None]] = {
                 "responder_history_chars": 600},
 }
 #: default ``max_history_tokens``: the tokens of earlier turns one agent prompt shows, at most (as
-#: ``synthesis.engine.tokens.count_tokens`` counts them); see the module docstring
+#: ``synthesis.engine.tokens.count_tokens`` counts them); see :class:`Converse`
 DEFAULT_MAX_HISTORY_TOKENS = 700
 
 
@@ -96,7 +69,23 @@ class _Conversation:
 
 
 class Converse(ReadsCorpus, RecordStage):
-    """Questioner + Responder over every cluster (see the module docstring)."""
+    """Questioner + Responder over every cluster (see the module docstring).
+
+    ``profile`` (what the agents see; an option given by name wins over it; :data:`PROFILE_DEFAULTS`): ``authors``
+    (default) shows the Questioner the drawn documents and the earlier answers whole and the Responder the earlier
+    answers whole, as the authors' code shows them, and sets no answer length (neither paper nor code sets one).
+    ``convrag`` (our earlier reading) cuts documents to 800 characters and earlier answers to 240 for the
+    Questioner, earlier answers to 600 for the Responder, and asks for answers of about 150 words. The paper's cost
+    estimate, about 3,000 input tokens per turn (appendix A.5.4), is the prompt size a run is checked against: the
+    report has the prompt tokens per role and turn (``prompt_tokens_<role>_turn_<t>``) and the mean answer length
+    (``answer_tokens_mean``).
+
+    ``max_history_tokens`` (default :data:`DEFAULT_MAX_HISTORY_TOKENS` = 700, 0: none; the rule in
+    ``synthesis.mtr.agents``): each agent prompt shows the latest earlier turns that fit, the oldest left out whole
+    first, never the current question or the documents. Documents are never cut by it, so long chunks alone can
+    pass 3,000 tokens (``questioner_doc_chars`` cuts them). The report counts the prompts that left turns out and
+    the turns left out (``history_cut_<role>``). Dry-run estimates: ``synthesis.mtr.estimate``.
+    """
 
     name = "converse"
     unit = "conversations"

@@ -1,29 +1,18 @@
 """Dry-run estimates of the MTR agents' stages (``converse``, ``polish``) from a seeded sample of rendered prompts
-and a per-turn growth model, so that a paper-scale estimate takes seconds whatever the number of conversations.
+and a per-turn growth model (:class:`TurnModel`), so that a paper-scale estimate takes seconds whatever the number
+of conversations. One call per agent and turn (re-asks and early stops not foreseen).
 
-**Sample.** ``SAMPLE_CONVERSATIONS`` (8) document pools, drawn with ``random.Random(f"estimate:{seed}")``:
-
-* the run's own clusters when the ``cluster`` stage has finished (their documents read from the corpus);
-* else pools of the expected cluster size drawn from the first ``SCAN_DOCUMENTS`` (5,000) documents of the curated
-  corpus, or of ``--corpus`` when curation has not run yet; there a document longer than curation's default chunk
-  size (2,048 characters) is split as the default chunker splits it and one of its kept chunks stands for it;
-* else stand-in documents of ``ESTIMATE_DOC_CHARS`` characters of prose (:data:`STAND_IN_TEXT` repeated).
-
-The earlier turns are stand-ins, since no agent has written yet: the questions of :data:`STAND_IN_QUESTIONS` and, as
-answers, consecutive pieces of the pool's documents of ``answer_words`` words, or without it of
-``ESTIMATE_ANSWER_TOKENS`` (88) tokens, the paper's mean answer (87.5 tokens). When the ``converse`` stage has
-finished, the Polisher's sample is its real conversations.
-
-**Growth model** (per role, from the real prompt templates, counted with :func:`~convrag.synthesis.engine.tokens.
-prompt_tokens`, the Questioner's structured-output instruction included). The whole history is re-sent each turn,
-so a prompt grows linearly with the earlier turns it shows: ``first`` = the mean prompt at turn 1, ``second`` = at
-turn 2 (one earlier turn), ``growth`` = the mean tokens one more earlier turn adds (prompts with 1 and
-``GROWTH_TURNS`` (4) earlier turns over the same documents). At turn t >= 2 the prompt is ``second + (shown(t) - 1)
-x growth`` with ``shown(t) = t - 1``, or under ``max_history_tokens`` at most ``budget // turn_tokens`` (the mean
-tokens of one earlier turn as the budget counts it). A conversation costs the sum over its turns; the stage, that
-sum times the conversations (polish: over turns 2..T, or over the real conversations' lengths once converse ran).
+**Sample** (:func:`sample_conversations`): ``SAMPLE_CONVERSATIONS`` (8) document pools drawn with
+``random.Random(f"estimate:{seed}")``: the run's own clusters when the ``cluster`` stage has finished; else pools of
+the expected cluster size from the first ``SCAN_DOCUMENTS`` (5,000) documents of the curated corpus, or of
+``--corpus`` before curation (a document longer than curation's default chunk size, 2,048 characters, is split as
+the default chunker splits it and one of its kept chunks stands for it); else stand-in documents of
+``ESTIMATE_DOC_CHARS`` characters of prose (:data:`STAND_IN_TEXT` repeated). The earlier turns are stand-ins, since
+no agent has written yet: the questions of :data:`STAND_IN_QUESTIONS` and, as answers, consecutive pieces of the
+pool's documents of ``answer_words`` words, or without it of ``ESTIMATE_ANSWER_TOKENS`` (88) tokens, the paper's
+mean answer (87.5 tokens). Once ``converse`` has finished, the Polisher's sample is its real conversations.
 Completion tokens: the Questioner's JSON reply around a stand-in question, the Responder's stand-in answer, a
-Polisher rewrite as long as the question. One call per agent and turn (re-asks and early stops not foreseen).
+Polisher rewrite as long as the question.
 """
 
 from __future__ import annotations
@@ -75,8 +64,19 @@ STAND_IN_TEXT = (
 
 @dataclass(frozen=True)
 class TurnModel:
-    """Prompt tokens of one agent per turn (module docstring): ``first`` at turn 1, ``second`` at turn 2, ``growth``
-    per further earlier turn shown; ``turn_tokens`` is one earlier turn as the history budget counts it."""
+    """Prompt tokens of one agent per turn: ``first`` at turn 1, ``second`` at turn 2, ``growth`` per further
+    earlier turn shown; ``turn_tokens`` is one earlier turn as the history budget counts it.
+
+    Fitted per role on the real prompt templates, counted with :func:`~convrag.synthesis.engine.tokens.
+    prompt_tokens` (the Questioner's structured-output instruction included). The whole history is re-sent each
+    turn, so a prompt grows linearly with the earlier turns it shows: ``first`` = the mean prompt at turn 1,
+    ``second`` = at turn 2 (one earlier turn), ``growth`` = the mean tokens one more earlier turn adds (prompts
+    with 1 and ``GROWTH_TURNS`` (4) earlier turns over the same documents). At turn t >= 2 the prompt is ``second +
+    (shown(t) - 1) x growth`` with ``shown(t) = t - 1``, or under ``max_history_tokens`` at most ``budget //
+    turn_tokens`` (the mean tokens of one earlier turn as the budget counts it). A conversation costs the sum over
+    its turns; the stage, that sum times the conversations (polish: over turns 2..T, or over the real
+    conversations' lengths once converse ran).
+    """
 
     first: float
     second: float

@@ -1,23 +1,18 @@
 """k-nearest-neighbour graph of document embeddings, the input of the greedy traversal clustering.
 
 Definition: row ``i`` of the result lists the ids of the ``k`` vectors nearest to vector ``i`` by squared L2
-distance, nearest first, the query itself included (it is usually at rank 0; an exact duplicate may tie with
-it). MTR-Suite builds this graph with faiss ``IndexFlatL2`` and ``k = 100``; only the order is used, the
-distances are dropped. For unit-normalised embeddings, L2 order equals cosine order.
+distance, nearest first, the query itself included (it is usually at rank 0; an exact duplicate may tie with it).
+MTR-Suite builds this graph with faiss ``IndexFlatL2`` and ``k = 100``; only the order is used, the distances are
+dropped. For unit-normalised embeddings, L2 order equals cosine order. Indexes: ``"flat"`` is exact (O(N^2 d));
+``"hnsw"`` (``IndexHNSWFlat``) and ``"ivf"`` (``IndexIVFFlat``) are approximate and much faster on large corpora.
 
-Indexes: ``"flat"`` is exact (faiss ``IndexFlatL2``, O(N^2 d)); ``"hnsw"`` (``IndexHNSWFlat``) and ``"ivf"``
-(``IndexIVFFlat``) are approximate and much faster on large corpora.
-
-Determinism: a given faiss build returns the same graph for the same vectors, options and thread count. faiss computes
-distances with BLAS (``|x|^2 + |y|^2 - 2 x.y``) or with plain loops depending on the size of each search call,
-and BLAS rounding depends on the matrix shapes, so near ties (gaps around 1e-7) would otherwise flip with the
-query batch size. Queries are therefore sent in a fixed split: whole faiss query blocks (4096 rows; batch_size
-is rounded up to a multiple) plus the final partial block on its own, which makes the result independent of
-``batch_size``. IVF is seeded (training sample and k-means). HNSW insertion runs on several threads, so its
-graph, and hence its neighbours, can vary slightly between runs unless ``threads=1``.
-
-Memory: the ``N x k`` int32 result plus faiss's own index (a copy of the vectors); distances live only for
-one batch at a time.
+Determinism: a given faiss build returns the same graph for the same vectors, options and thread count. faiss
+computes distances with BLAS (``|x|^2 + |y|^2 - 2 x.y``) or plain loops depending on each search call's size, and
+BLAS rounding depends on the matrix shapes, so near ties (gaps around 1e-7) could flip with the query batch size;
+queries are therefore sent as whole faiss query blocks (4096 rows) plus the final partial block on its own, which
+makes the result independent of ``batch_size``. IVF is seeded (training sample and k-means); HNSW insertion runs on
+several threads, so its neighbours can vary slightly between runs unless ``threads=1``. Memory: the ``N x k`` int32
+result plus faiss's index (a copy of the vectors); distances live only for one batch at a time.
 """
 
 from __future__ import annotations

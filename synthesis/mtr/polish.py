@@ -1,18 +1,17 @@
 """MTR-Pipeline stage 4: the Polisher rewrites user turns 2..T into casual, context-dependent speech (paper
 4.3; reference 3.2).
 
-Input: the ``converse`` stage's conversations; output: the same records (``OUT/polish/part-NNNNN.parquet``)
-with each turn's ``question`` replaced by its accepted rewrite, ``original_question`` keeping the Questioner's
-text and ``polish`` saying what happened: ``rewritten``, ``kept: <rejection reason>`` (``synthesis.mtr.agents.
-rejection``: too long, too short, meta phrase, several lines, unchanged), ``kept: call failed`` (the call
-failed after its retries: the formal question is kept, the failure counted) or ``first turn`` (turn 1 stays
-formal, as the authors do).
+Input: the ``converse`` stage's conversations; output: the same records (``OUT/polish/part-NNNNN.parquet``) with
+each turn's ``question`` replaced by its accepted rewrite, ``original_question`` keeping the Questioner's text and
+``polish`` saying what happened: ``rewritten``, ``kept: <rejection reason>`` (``synthesis.mtr.agents.rejection``),
+``kept: call failed`` (the call failed after its retries: the formal question is kept, the failure counted) or
+``first turn`` (turn 1 stays formal, as the authors do).
 
-Each conversation is polished turn after turn, as soon as its previous call returned, ``concurrency``
-conversations at a time across shard boundaries (``synthesis.engine.schedule``); the Polisher of turn t sees the
-conversation before it with the rewrites of turns 2..t-1 already in place, so a rewrite propagates into later
-turns' history, and the output does not depend on timing. Answers were written for the formal questions (as in
-the authors' pipeline, which polishes after answering). Calls are cached in ``OUT/llm-cache`` like the other agents'.
+Each conversation is polished turn after turn, as soon as its previous call returned, ``concurrency`` at a time
+across shard boundaries (``synthesis.engine.schedule``); the Polisher of turn t sees the rewrites of turns 2..t-1 in
+its history, so a rewrite propagates into later turns' history, and the output does not depend on timing. Answers
+were written for the formal questions (as in the authors' pipeline, which polishes after answering). Calls are
+cached in ``OUT/llm-cache`` like the other agents'.
 """
 
 from __future__ import annotations

@@ -1,35 +1,19 @@
 """Greedy traversal clustering of a kNN graph (MTR-Suite's topic clusters) and the random-cluster baseline.
 
 Input: ``neighbours``, an ``(N, k)`` integer array whose row ``i`` lists document ids near ``i`` in rank order
-(nearest first, ``-1`` for an empty slot), e.g. from :func:`convrag.synthesis.mtr.knn.knn_graph`.
+(nearest first, ``-1`` for an empty slot), e.g. from :func:`convrag.synthesis.mtr.knn.knn_graph`. The walk
+(:func:`greedy_traversal`) steps to the nearest unvisited neighbour until a cluster holds ``cluster_size`` ids or
+the walk is at a dead end, then jumps to a seeded random unvisited id; the merge (:func:`merge_short_clusters`)
+dissolves the clusters shorter than ``cluster_size`` into their documents' neighbours' clusters.
 
-Walk. ``order`` is a ``seed``-ed permutation of the ids; the *next jump target* is the first id of ``order``,
-from a pointer that only moves forward, that is still unvisited. Start at the next jump target, in a new
-cluster. Then, while unvisited ids remain: if the current cluster holds ``cluster_size`` ids, close it and
-jump (open a new cluster at the next jump target); otherwise move to the first id of ``neighbours[cur]``, in
-rank order, that is not ``-1``, not visited and (when a ``near_duplicate(cur, candidate)`` callback is given)
-not rejected by it; rejected candidates stay unvisited. If there is none the walk is at a dead end: close
-the cluster and jump. Close the last cluster at the end. Clusters thus hold at most ``cluster_size`` ids.
+Differences from the authors' code (``embedding/cluster.py`` of rangehow/mtr-suite): their start node and jump
+targets come from ``set.pop()`` (arbitrary, roughly the lowest id) while the paper says random; ours are seeded
+random. The near-duplicate skip is ours: their adjacent-doc dedup is commented out and its 0.85 threshold survives
+only as an unused attribute, so any threshold a caller builds into ``near_duplicate`` is a choice. In the merge
+they drop a doc whose first neighbour outside its cluster belongs to a deleted cluster; we go on to the next one.
 
-Merge (``merge=True``). Go through the walk's clusters in creation order. A cluster whose current membership
-(earlier dissolutions may have added docs to it) is shorter than ``cluster_size`` is dissolved: each of its
-docs, in order, moves to the cluster currently holding the doc's highest-ranked neighbour that is not ``-1``,
-not in the cluster being dissolved and still assigned to a live cluster, and is inserted just before that
-neighbour; a doc with no such neighbour is dropped. The surviving clusters keep their creation order and are
-numbered 0..M-1. Afterwards every cluster holds at least ``cluster_size`` docs (some more); every doc is in
-at most one cluster. A corpus whose clusters are all short ends with dropped docs; they are reported.
-``merge_short_clusters`` runs this pass on its own.
-
-Differences from the authors' code (``embedding/cluster.py`` of rangehow/mtr-suite): the start node and jump
-targets there come from ``set.pop()`` (arbitrary, roughly the lowest id) while the paper says random; here
-they are seeded random. The near-duplicate skip is our addition: the authors' adjacent-doc dedup is
-commented out and its 0.85 threshold survives only as an unused attribute, so any threshold a caller builds
-into ``near_duplicate`` is a choice. In the merge the authors drop a doc whose first neighbour outside its
-cluster belongs to a deleted cluster; here the scan goes on to the next neighbour.
-
-Complexity: walk O(N * k) (one vectorised scan of a neighbour row per step), merge O(docs in short clusters *
-(k + cluster length)); memory O(N) on top of the ``N x k`` neighbour array. With ``near_duplicate`` each
-step also makes one Python call per candidate tried.
+Complexity: walk O(N * k) (plus one ``near_duplicate`` call per candidate tried), merge
+O(docs in short clusters * (k + cluster length)); memory O(N) on top of the ``N x k`` neighbour array.
 """
 
 from __future__ import annotations
@@ -162,12 +146,19 @@ def greedy_traversal(neighbours: np.ndarray, cluster_size: int = 8, seed: int = 
                      progress: bool = False) -> Clustering:
     """Cluster documents by greedy walks over the kNN graph ``neighbours``, then merge short clusters.
 
-    See the module docstring for the exact walk and merge rules. ``near_duplicate(cur, candidate)`` returning
-    True skips that candidate for this step (counted in ``skipped_near_duplicates``). With ``merge=False``
-    the walk's clusters (at most ``cluster_size`` docs each) are returned as they are; ``merge=True`` equals
-    :func:`merge_short_clusters` applied to that result. Deterministic for a given ``seed``. Raises
-    ``ConvragError`` unless ``neighbours`` is a 2-D integer array with ids in ``[-1, N)`` and
-    ``cluster_size >= 1``.
+    Walk. ``order`` is a ``seed``-ed permutation of the ids; the *next jump target* is the first id of ``order``,
+    from a pointer that only moves forward, that is still unvisited. Start at the next jump target, in a new
+    cluster. Then, while unvisited ids remain: if the current cluster holds ``cluster_size`` ids, close it and
+    jump (open a new cluster at the next jump target); otherwise move to the first id of ``neighbours[cur]``, in
+    rank order, that is not ``-1``, not visited and (when a ``near_duplicate(cur, candidate)`` callback is given)
+    not rejected by it; rejected candidates stay unvisited. If there is none the walk is at a dead end: close
+    the cluster and jump. Close the last cluster at the end. Each step is one vectorised scan of a neighbour row.
+
+    ``near_duplicate(cur, candidate)`` returning True skips that candidate for this step (counted in
+    ``skipped_near_duplicates``). With ``merge=False`` the walk's clusters (at most ``cluster_size`` docs each) are
+    returned as they are; ``merge=True`` equals :func:`merge_short_clusters` (the merge rules) applied to that
+    result. Deterministic for a given ``seed``. Raises ``ConvragError`` unless ``neighbours`` is a 2-D integer
+    array with ids in ``[-1, N)`` and ``cluster_size >= 1``.
     """
     _check_size(cluster_size)
     nb = _padded(_check_neighbours(neighbours))
@@ -184,7 +175,15 @@ def greedy_traversal(neighbours: np.ndarray, cluster_size: int = 8, seed: int = 
 
 def merge_short_clusters(neighbours: np.ndarray, walk: Clustering, cluster_size: int = 8, *,
                          progress: bool = False) -> Clustering:
-    """The merge pass alone (module docstring), applied to ``walk``'s clusters in their order.
+    """The merge pass alone, applied to ``walk``'s clusters in their order.
+
+    Merge. Go through the clusters in creation order. A cluster whose current membership (earlier dissolutions may
+    have added docs to it) is shorter than ``cluster_size`` is dissolved: each of its docs, in order, moves to the
+    cluster currently holding the doc's highest-ranked neighbour that is not ``-1``, not in the cluster being
+    dissolved and still assigned to a live cluster, and is inserted just before that neighbour; a doc with no such
+    neighbour is dropped. The surviving clusters keep their creation order and are numbered 0..M-1. Afterwards
+    every cluster holds at least ``cluster_size`` docs (some more); every doc is in at most one cluster. A corpus
+    whose clusters are all short ends with dropped docs; they are reported.
 
     ``walk`` is typically ``greedy_traversal(..., merge=False)``; it is not modified. Its dropped ids stay
     dropped and its stats are carried over, with the merge counters added. Raises ``ConvragError`` on a bad

@@ -3,12 +3,9 @@ Alignment Validation").
 
 The model names the answer's key claims (3-5 main ideas, not minor details), says which of them the documents
 support (related information and core facts count; the documents need not hold every detail), and gives a
-coverage fraction in [0, 1] and a sufficient yes/no. A coverage outside [0, 1] is fed back and re-asked.
-
-An item is kept when the model judges the documents sufficient AND coverage >= ``min_coverage``. The default
-0.5 means "at least half of the answer's main claims are backed by the documents": the paper gives no number, and
-a stricter bar is not needed here because every later fact is verified against the documents one by one (the
-``facts`` stage); a looser one would let through answers that are mostly the writer's own knowledge.
+coverage fraction in [0, 1] and a sufficient yes/no. A coverage outside [0, 1] is fed back and re-asked. An item is
+kept when the model judges the documents sufficient AND coverage >= ``min_coverage`` (default 0.5: at least half
+of the answer's main claims are backed by the documents; the paper gives no number).
 
 Adds ``alignment`` {key_claims, supported_claims, unsupported_claims, coverage, sufficient} to the item.
 Drops (counted by reason, without the number): ``align: judged insufficient``, ``align: coverage below

@@ -3,40 +3,11 @@ conversational flow (RECOR, section 3.2.1; appendix F "Granular Aspect Extractio
 "Aspect Suitability Classification", "Aspect Ordering by Logical Progression").
 
 An aspect is one distinct component of the answer (a detail, a step, a mechanism, an example, ...) that can
-become one conversation turn: ``{name, type, excerpt}``, the excerpt copied from the answer.
-
-Extraction is iterated. Each round asks for ``num_aspects`` new aspects, showing the ones already accepted. Every
-candidate of a round, in the reply's order, must pass, else it is rejected with a counted reason
-(``aspects: aspect rejected: <why>``):
-
-1. a non-empty name and excerpt (``empty name or excerpt``);
-2. a type among the paper's ten, :data:`ASPECT_TYPES` (case and spaces ignored; ``unknown type``);
-3. an excerpt taken from the answer (``excerpt not from the answer``): at least ``excerpt_share`` (default
-   :data:`EXCERPT_SHARE`) of its word
-   tokens (lower-cased letters and digits) occur among the answer's tokens. This allows a model's small copying
-   slips (a changed inflection, a dropped comma) but not a paraphrase or invented text;
-4. a name unlike every accepted aspect's (case ignored; ``duplicate name``: no call spent);
-5. no overlap with the accepted aspects, as the overlap judge says (skipped while none is accepted; ``overlap``);
-6. category "substantive" by the suitability judge (``meta`` / ``insufficient`` otherwise);
-7. ``profile`` ``authors`` (default; the authors' ``check_aspect_document_alignment``): the coverage judge rates
-   how much of the aspect the item's documents (each cut to ``doc_chars``) support, and whether its name uses
-   only entities the documents mention. A name judged ungrounded is replaced by the judge's suggested name (the
-   old one kept as ``name_original``; counted ``aspects: aspect renamed: name not grounded in the documents``);
-   then a coverage under ``min_aspect_coverage`` (0.50, the authors' ``document_coverage_min``) rejects it
-   (``low document coverage``). The coverage is kept as ``document_coverage`` (Table 13's "Cov."). Profile
-   ``convrag`` (our earlier reading) has no such check.
-
-A judge reply that stays unparsable after the re-asks rejects that candidate (``overlap check unparsable`` /
-``suitability check unparsable`` / ``coverage check unparsable``); an unparsable extraction reply ends the rounds
-(counted as ``aspects: round rejected: reply unparsable after re-asks``); one cut off at max_tokens loses its last
-aspect, which the cut may have reached. Rounds stop when a round accepts nothing, after ``max_rounds``, or once
-``max_aspects`` are accepted (later candidates: ``max_aspects reached``).
-
-Items with fewer than ``min_aspects`` accepted aspects are dropped (``aspects: fewer than min_aspects aspects``;
-default 3, the shortest conversation RECOR keeps). Otherwise the aspects are put in conversation order by the
-ordering judge: ``ordered_indices`` must list every aspect number exactly once, else the error is fed back and
-re-asked; when no usable order comes, the extraction order is kept and ``aspects: ordering unusable, extraction
-order kept`` is counted.
+become one conversation turn: ``{name, type, excerpt}``, the excerpt copied from the answer. Extraction is
+iterated; every candidate must pass the rules of :class:`Aspects`, else it is rejected with a counted reason
+(``aspects: aspect rejected: <why>``). Items with fewer than ``min_aspects`` accepted aspects are dropped
+(``aspects: fewer than min_aspects aspects``); the others' aspects are put in conversation order by the ordering
+judge.
 
 Adds ``aspects`` [{name, type, excerpt[, document_coverage, name_original]}] in conversation order and
 ``aspect_log`` [{name, type, round, fate[, renamed_to]}]: every candidate with ``accepted`` or ``rejected: <why>``.
@@ -168,7 +139,7 @@ def complete_aspects(reply: ExtractionReply) -> ExtractionReply:
 
 def screen(cand: AspectCandidate, accepted: list[dict[str, Any]], answer: str,
            share: float = EXCERPT_SHARE) -> tuple[str, dict[str, str] | None]:
-    """Rules 1-4 of the module docstring, which need no call: ``("", aspect)`` with the candidate as an aspect
+    """Rules 1-4 of :class:`Aspects`, which need no call: ``("", aspect)`` with the candidate as an aspect
     ``{name, type, excerpt}`` (whitespace collapsed, type lower-cased), or ``("rejected: <why>", None)``."""
     name, excerpt = " ".join(cand.aspect_name.split()), " ".join(cand.excerpt.split())
     kind = cand.aspect_type.strip().lower()
@@ -188,7 +159,37 @@ def _summaries(aspects: list[dict[str, Any]]) -> list[dict[str, str]]:
 
 
 class Aspects(DVStage):
-    """Iterated aspect extraction with overlap and suitability checks, then ordering (see the module docstring).
+    """Iterated aspect extraction with overlap and suitability checks, then ordering.
+
+    Each round asks for ``num_aspects`` new aspects, showing the ones already accepted. Every candidate of a round,
+    in the reply's order, must pass, else it is rejected with a counted reason:
+
+    1. a non-empty name and excerpt (``empty name or excerpt``);
+    2. a type among the paper's ten, :data:`ASPECT_TYPES` (case and spaces ignored; ``unknown type``);
+    3. an excerpt taken from the answer (``excerpt not from the answer``): at least ``excerpt_share`` (default
+       :data:`EXCERPT_SHARE`) of its word tokens (lower-cased letters and digits) occur among the answer's tokens.
+       This allows a model's small copying slips (a changed inflection, a dropped comma) but not a paraphrase or
+       invented text;
+    4. a name unlike every accepted aspect's (case ignored; ``duplicate name``: no call spent);
+    5. no overlap with the accepted aspects, as the overlap judge says (skipped while none is accepted; ``overlap``);
+    6. category "substantive" by the suitability judge (``meta`` / ``insufficient`` otherwise);
+    7. ``profile`` ``authors`` (default; the authors' ``check_aspect_document_alignment``): the coverage judge rates
+       how much of the aspect the item's documents (each cut to ``doc_chars``) support, and whether its name uses
+       only entities the documents mention. A name judged ungrounded is replaced by the judge's suggested name (the
+       old one kept as ``name_original``; counted ``aspects: aspect renamed: name not grounded in the documents``);
+       then a coverage under ``min_aspect_coverage`` (0.50, the authors' ``document_coverage_min``) rejects it
+       (``low document coverage``). The coverage is kept as ``document_coverage`` (Table 13's "Cov."). Profile
+       ``convrag`` (our earlier reading) has no such check.
+
+    A judge reply that stays unparsable after the re-asks rejects that candidate (``overlap check unparsable`` /
+    ``suitability check unparsable`` / ``coverage check unparsable``); an unparsable extraction reply ends the
+    rounds (counted as ``aspects: round rejected: reply unparsable after re-asks``); one cut off at max_tokens loses
+    its last aspect, which the cut may have reached. Rounds stop when a round accepts nothing, after ``max_rounds``,
+    or once ``max_aspects`` are accepted (later candidates: ``max_aspects reached``).
+
+    Ordering: ``ordered_indices`` must list every aspect number exactly once, else the error is fed back and
+    re-asked; when no usable order comes, the extraction order is kept and ``aspects: ordering unusable,
+    extraction order kept`` is counted. ``min_aspects`` defaults to 3, the shortest conversation RECOR keeps.
 
     Options: ``num_aspects`` (asked per round, 3), ``max_rounds`` (3), ``max_aspects`` (12), ``min_aspects`` (3),
     ``conversation_strategy`` (a short text the ordering prompt follows), ``profile`` (``authors``: the coverage

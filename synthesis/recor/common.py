@@ -1,6 +1,5 @@
 """What every Decomposition-and-Verification stage (RECOR, section 3.2) shares: the item record, the stage base
-that reads the previous stage's records item by item, the documents as the prompts show them, and one
-structured LLM call with its token count.
+(:class:`DVStage`), the documents as the prompts show them, and one structured LLM call with its token count.
 
 The item record flows through the stages; each stage copies it and adds its own keys::
 
@@ -15,11 +14,6 @@ The item record flows through the stages; each stage copies it and adds its own 
              {rule, cut, best_score, fallback}, subquestion_reasoning, subquestion_reasoning_metadata
              {target_information, relevance_signals, irrelevance_signals}[, answerability, fact_overlap]}]
     release  RECOR release files (benchmark / corpus JSONL) under OUT/release
-
-A stage drops an item by returning no record for it and counting one reason (``"<stage>: <why>"``); finer
-rejections (an aspect, a fact, a turn) are counted in the stage report's figures. Item-level LLM work runs in
-parallel over the items, ``concurrency`` at a time and across shard boundaries (``synthesis.engine.schedule``: the next
-shard's items start while the last ones of a shard finish); the calls of one item run in order.
 """
 
 from __future__ import annotations
@@ -145,6 +139,11 @@ def sampling(temperature: float, max_tokens: int) -> SamplingParams:
 class DVStage(RecordStage):
     """A D&V stage: reads ``upstream``'s records, calls :meth:`handle` on each item (in parallel over the items,
     across shard boundaries), keeps what it returns and counts every drop and finer rejection.
+
+    A stage drops an item by returning no record for it and counting one reason (``"<stage>: <why>"``); finer
+    rejections (an aspect, a fact, a turn) are counted in the stage report's figures. Item-level LLM work runs
+    ``concurrency`` items at a time and across shard boundaries (``synthesis.engine.schedule``: the next shard's
+    items start while the last ones of a shard finish); the calls of one item run in order.
 
     Subclasses set ``name`` and ``upstream``, implement :meth:`params_extra` and :meth:`handle`, and call
     ``super().__init__(llm=..., concurrency=..., shard_size=...)``.

@@ -2,20 +2,14 @@
 "Atomic Fact Extraction and Verification"; appendix C, Table 14).
 
 Per aspect, one call: the model splits the aspect's excerpt into 1 to ``max_facts`` atomic facts (minimal
-statements of about 5-15 words; the length is asked for, not enforced) and checks each against the item's
-documents (shown as ``doc_0``, ``doc_1``, ...). A fact counts as supported when a document states it, clearly
-implies it, or paraphrases it. A reply with no fact or more than ``max_facts`` is fed back and re-asked.
+statements of about 5-15 words; the length is asked for, not enforced) and checks each against the item's documents
+(shown as ``doc_0``, ``doc_1``, ...): supported when a document states it, clearly implies it, or paraphrases it. A
+reply with no fact or more than ``max_facts`` is fed back and re-asked. Which facts count as verified: :func:`verdicts`.
 
-A fact is *verified* when the reply marks it ``is_supported`` and, if it names a ``supporting_doc_id``, that label
-is one of the item's documents (mapped to the document id with :func:`~convrag.synthesis.recor.common.label_to_id`,
-else the first ``doc_N`` in it that maps; an unknown label leaves the fact unverified: ``facts: fact rejected:
-unknown document``). The reply's ``supported_facts`` / ``unsupported_facts`` lists only repeat the per-fact flags
-and are not read.
-
-An aspect without a verified fact is dropped (``facts: aspect rejected: no verified fact``); one whose reply stays
-unparsable after the re-asks too (``facts: aspect rejected: reply unparsable after re-asks``). Items with fewer
-than ``min_aspects`` aspects left are dropped (``facts: fewer than min_aspects aspects with a verified fact``).
-Figures: ``facts: facts extracted`` and ``facts: facts verified`` (appendix C: 9 and 7).
+An aspect without a verified fact is dropped (``facts: aspect rejected: no verified fact``), and so is one whose reply
+stays unparsable after the re-asks (``facts: aspect rejected: reply unparsable after re-asks``); items with fewer than
+``min_aspects`` aspects left are dropped (``facts: fewer than min_aspects aspects with a verified fact``). Figures:
+``facts: facts extracted`` and ``facts: facts verified`` (appendix C: 9 and 7).
 
 Adds to each kept aspect ``facts`` [{fact, supported, doc_id, reason}] (verified facts only) and to the item
 ``fact_log`` [{name, extracted [{fact, supported, doc_label, doc_id, reason, fate}], verified, kept}] for every
@@ -93,7 +87,14 @@ def doc_id_of(label: str, documents: list[dict[str, Any]]) -> str | None:
 
 
 def verdicts(reply: FactReply, documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every extracted fact with its document id and fate (see the module docstring)."""
+    """Every extracted fact with its document id and fate (``verified``, ``not supported``, ``unknown document`` or
+    ``empty``).
+
+    A fact is *verified* when the reply marks it ``is_supported`` and, if it names a ``supporting_doc_id``, that
+    label is one of the item's documents (mapped to the document id with
+    :func:`~convrag.synthesis.recor.common.label_to_id`, else the first ``doc_N`` in it that maps: :func:`doc_id_of`;
+    an unknown label leaves the fact unverified: ``facts: fact rejected: unknown document``). The reply's
+    ``supported_facts`` / ``unsupported_facts`` lists only repeat the per-fact flags and are not read."""
     out = []
     for f in reply.extracted_facts:
         text = " ".join(f.fact.split())

@@ -1,24 +1,10 @@
 """D&V stage ``load``: question-answer items with their supporting documents, read and checked, in one schema.
 
-Input formats (``input_format``):
-
-* ``jsonl`` (default): one item per line, ``{"id", "query", "answer", "documents": [{"doc_id", "text"}]}`` with
-  optional ``reasoning`` (why the documents answer the query; BRIGHT's annotation), ``domain`` and
-  ``negatives`` (hard-negative documents, same shape as ``documents``).
-* ``bright``: a BRIGHT ``examples`` file (``query``, ``reasoning``, ``id``, ``gold_ids``, ``gold_answer``; list
-  fields may be Python-literal strings, as in the released files) and ``documents``: a BRIGHT ``documents``
-  file (JSONL ``{"id", "content"}``) that holds the gold documents. The domain is the ``domain`` option or the
-  examples file's name (``biology.jsonl``). An example whose gold documents are not all in the documents file is
-  skipped and counted (the documents file may be a subset of BRIGHT's corpus).
-* ``mtrag``: MTRAG ``conversations.json``: every answerable agent turn becomes an item (the user question, the
-  reference answer, the passages it cites as documents); unanswerable, partial or conversational turns and
-  turns without passages are skipped and counted. ``domain`` must be given (MTRAG's domains are not RECOR's).
-
-``negatives`` (option): a JSONL of extra hard-negative documents ``{"doc_id", "text"}`` (optional ``domain``:
-only that domain's corpus gets it) that go to the corpus of every item's domain. ``domain`` (option) sets the
-domain of every item; an item's domain must be one of RECOR's eleven (the RECOR builder's configs). ``limit``
-keeps the first N usable items. Every bad line is an error naming the file and line; nothing is dropped
-without being counted.
+Input formats (``input_format``): ``jsonl`` (default, :func:`read_jsonl_items`), ``bright`` (a BRIGHT
+examples file and its documents file, :func:`read_bright_items`) and ``mtrag`` (MTRAG ``conversations.json``,
+:func:`read_mtrag_items`). An item's domain must be one of RECOR's eleven (the RECOR builder's configs); the
+options (``negatives``, ``domain``, ``limit``): :class:`Load`. Every bad line is an error naming the file and
+line; nothing is dropped without being counted.
 """
 
 from __future__ import annotations
@@ -84,7 +70,9 @@ def _domain(value: Any, path: str, line: int | None) -> str:
 
 
 def read_jsonl_items(path: str, domain: str | None) -> Iterator[dict[str, Any]]:
-    """Items of a ``jsonl`` input file."""
+    """Items of a ``jsonl`` input file: one item per line, ``{"id", "query", "answer", "documents": [{"doc_id",
+    "text"}]}`` with optional ``reasoning`` (why the documents answer the query; BRIGHT's annotation), ``domain``
+    and ``negatives`` (hard-negative documents, same shape as ``documents``)."""
     seen: dict[str, int] = {}
     for line, obj in read_jsonl(path):
         item_id = obj.get("id")
@@ -105,7 +93,13 @@ def read_jsonl_items(path: str, domain: str | None) -> Iterator[dict[str, Any]]:
 
 
 def read_bright_items(path: str, documents: str | None, domain: str | None) -> Iterator[dict[str, Any]]:
-    """Items of a BRIGHT examples file, with gold documents from a BRIGHT documents file."""
+    """Items of a BRIGHT examples file, with gold documents from a BRIGHT documents file.
+
+    ``path``: a BRIGHT ``examples`` file (``query``, ``reasoning``, ``id``, ``gold_ids``, ``gold_answer``; list
+    fields may be Python-literal strings, as in the released files); ``documents``: a BRIGHT ``documents`` file
+    (JSONL ``{"id", "content"}``) that holds the gold documents. The domain is ``domain`` or the examples file's
+    name (``biology.jsonl``). An example whose gold documents are not all in the documents file is skipped and
+    counted (the documents file may be a subset of BRIGHT's corpus)."""
     if not documents:
         raise ConvragError("input_format=bright needs --option documents=PATH (a BRIGHT documents JSONL: id, content)")
     texts: dict[str, str] = {}
@@ -133,7 +127,9 @@ def read_bright_items(path: str, documents: str | None, domain: str | None) -> I
 
 
 def read_mtrag_items(path: str, domain: str | None) -> Iterator[dict[str, Any]]:
-    """Items of MTRAG ``conversations.json``: answerable agent turns with their cited passages."""
+    """Items of MTRAG ``conversations.json``: every answerable agent turn becomes an item (the user question, the
+    reference answer, the passages it cites as documents); unanswerable, partial or conversational turns and turns
+    without passages are skipped and counted. ``domain`` must be given (MTRAG's domains are not RECOR's)."""
     if not domain:
         raise ConvragError("input_format=mtrag needs --option domain=NAME (one of RECOR's domains: "
                            f"{', '.join(DOMAINS)})")
@@ -194,7 +190,12 @@ def read_negatives(path: str) -> list[dict[str, str]]:
 
 
 class Load(RecordStage):
-    """Reads the input items (see the module docstring) into the D&V item schema; no LLM."""
+    """Reads the input items (see the module docstring) into the D&V item schema; no LLM.
+
+    Options: ``negatives``, a JSONL of extra hard-negative documents ``{"doc_id", "text"}`` (optional ``domain``:
+    only that domain's corpus gets it) that go to the corpus of every item's domain; ``domain``, the domain of
+    every item; ``limit``, keep the first N usable items.
+    """
 
     name = "load"
     unit = "items"

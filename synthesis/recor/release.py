@@ -5,19 +5,15 @@ Layout (the public release's, per domain ``D`` in its released spelling, e.g. ``
 
     OUT/release/data/benchmark/D_benchmark.jsonl   one conversation per line
     OUT/release/data/corpus/D_documents.jsonl      {doc_id, content}: the kept items' documents and negatives
+    OUT/release/synthesis.json                     the input file and the LLM of every stage, for the card
+                                                   (``synthesis.engine.provenance``)
 
-A conversation line has the release's fields: ``id`` (the item id), ``task`` (the domain), ``original_query``,
-``original_answer``, ``metadata`` {created_at (when the load stage finished), gold_doc_count (distinct gold
-documents over the turns), method ``convrag-decomposition-verification``, num_turns, source (the input file's
-name), version}, and ``turns`` [{turn_id, query, answer, conversation_history ("No previous conversation." or
-``Q: ...`` / ``A: ...`` lines of the earlier turns), gold_doc_ids, subquestion_reasoning,
-subquestion_reasoning_metadata {target_information, relevance_signals, irrelevance_signals}}].
-
-``OUT/release/synthesis.json`` names the input file and the LLM of every stage (``synthesis.engine.provenance``), for
-the built benchmark's card.
-
-Document ids: an id that two items of one domain use for different texts is written ``<item id>_<doc id>`` in
-both the corpus and the turns (counted); otherwise ids are kept as given.
+A conversation line: ``id`` (the item id), ``task`` (the domain), ``original_query``, ``original_answer``,
+``metadata`` {created_at (when the load stage finished), gold_doc_count (distinct gold documents over the turns),
+method ``convrag-decomposition-verification``, num_turns, source (the input file's name), version}, and ``turns``
+[{turn_id, query, answer, conversation_history (:func:`history_text`), gold_doc_ids, subquestion_reasoning,
+subquestion_reasoning_metadata {target_information, relevance_signals, irrelevance_signals}}]. A document id that two
+items of one domain use for different texts is written ``<item id>_<doc id>`` in corpus and turns (counted).
 """
 
 from __future__ import annotations
@@ -38,7 +34,8 @@ NO_HISTORY = "No previous conversation."
 
 
 def history_text(turns: list[dict[str, Any]]) -> str:
-    """The release's ``conversation_history`` before a turn: ``Q: ...`` / ``A: ...`` lines, or the no-history mark."""
+    """The release's ``conversation_history`` before a turn: ``Q: ...`` / ``A: ...`` lines of the earlier turns,
+    or ``"No previous conversation."``."""
     if not turns:
         return NO_HISTORY
     return "\n".join(f"Q: {t['query']}\nA: {t['answer']}" for t in turns)

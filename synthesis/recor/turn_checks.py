@@ -2,24 +2,11 @@
 profiles of :data:`convrag.synthesis.recor.common.PROFILES`, and the replies of the turn checks only the ``authors``
 profile asks for.
 
-Definitions:
-
-* **Gold documents** (:func:`select_gold`). ``authors`` (the authors' ``apply_document_selection_with_fallback``):
-  the cut is ``max(threshold, RELATIVE_CUT x best score)`` with ``threshold`` 4.0 by default; the documents scoring
-  ``>= cut`` are gold, best first; when none reaches it (the best scores under the floor) the best document alone
-  is gold (a counted fallback). ``convrag`` (our earlier reading): the documents scoring ``>= threshold`` (5.0 by
-  default); none -> no gold and the turn is rejected. Ties: by score descending, then document order.
+* **Gold documents** (:func:`select_gold`): the scored documents at or above a cut (``authors``: the authors'
+  ``apply_document_selection_with_fallback``, relative to the best score; ``convrag``: a fixed threshold).
 * **Lexical distinctness** (:func:`lexical_distinctness`, the authors' ``validate_turn_diversity`` without its LLM
-  part). Content words of a text: its lower-cased whitespace tokens minus :data:`WORD_STOPS`. Against every
-  earlier turn: ``|new query words & old query words| / |new query words| > max_similarity`` (0.58) fails
-  (``query too similar``), the same on the answers (``answer too similar``), and fewer than ``min_new_words`` (10)
-  answer words absent from the earlier answer fails (``too few new answer words``). Phrases of a text: its
-  4-token windows (lower-cased whitespace tokens) holding at least two words outside :data:`PHRASE_STOPS`. The new
-  answer's phrases that also occur in an earlier answer, less those occurring in the turn's gold documents (domain
-  terms), are repeated phrases: more than ``max_repeated_phrases`` (1) fails (``repeated phrases``), and so does a
-  share of repeated phrases among the answer's phrases above ``max_repeated_share`` (0.30). The largest query or
-  answer similarity is returned too: the LLM diversity judge is asked only from the third turn on and only when it
-  exceeds :data:`JUDGE_ABOVE` (0.25).
+  part): word-overlap and repeated-phrase rules of a new turn against every earlier turn; the largest similarity
+  also decides whether the LLM diversity judge is asked (above :data:`JUDGE_ABOVE`, from the third turn on).
 """
 
 from __future__ import annotations
@@ -106,8 +93,13 @@ def score_rows(reply: DocScoresReply, documents: Sequence[dict[str, Any]],
 
 
 def select_gold(rows: Sequence[dict[str, Any]], profile: str, threshold: float) -> tuple[list[str], dict[str, Any]]:
-    """The gold document ids of scored ``rows`` (module docstring) and how they were chosen: ``{rule, cut,
-    best_score, fallback}``."""
+    """The gold document ids of scored ``rows`` and how they were chosen: ``{rule, cut, best_score, fallback}``.
+
+    ``authors`` (the authors' ``apply_document_selection_with_fallback``): the cut is ``max(threshold, RELATIVE_CUT x
+    best score)`` with ``threshold`` 4.0 by default; the documents scoring ``>= cut`` are gold, best first; when
+    none reaches it (the best scores under the floor) the best document alone is gold (a counted fallback).
+    ``convrag`` (our earlier reading): the documents scoring ``>= threshold`` (5.0 by default); none -> no gold and
+    the turn is rejected. Ties: by score descending, then document order."""
     ranked = [row for _, row in sorted(enumerate(rows), key=lambda p: (-p[1]["score"], p[0]))]
     best = ranked[0]["score"] if ranked else None
     if profile == "authors":
@@ -140,8 +132,19 @@ def phrases(text: str, size: int = 4) -> set[str]:
 def lexical_distinctness(query: str, answer: str, earlier: Sequence[dict[str, Any]], documents_text: str, *,
                          max_similarity: float = 0.58, min_new_words: int = 10, max_repeated_phrases: int = 1,
                          max_repeated_share: float = 0.30) -> tuple[str, float]:
-    """``(problem, similarity)``: the first failed rule of the module docstring (``""`` when none) against the
-    ``earlier`` turns (``{query, answer}``), and the largest query or answer word similarity seen."""
+    """``(problem, similarity)``: the first failed rule (``""`` when none) against the ``earlier`` turns
+    (``{query, answer}``), and the largest query or answer word similarity seen.
+
+    Content words of a text: its lower-cased whitespace tokens minus :data:`WORD_STOPS`. Against every earlier
+    turn: ``|new query words & old query words| / |new query words| > max_similarity`` (0.58) fails (``query too
+    similar``), the same on the answers (``answer too similar``), and fewer than ``min_new_words`` (10) answer words
+    absent from the earlier answer fails (``too few new answer words``). Phrases of a text: its 4-token windows
+    (lower-cased whitespace tokens) holding at least two words outside :data:`PHRASE_STOPS`. The new answer's
+    phrases that also occur in an earlier answer, less those occurring in the turn's gold documents
+    (``documents_text``: domain terms), are repeated phrases: more than ``max_repeated_phrases`` (1) fails
+    (``repeated phrases``), and so does a share of repeated phrases among the answer's phrases above
+    ``max_repeated_share`` (0.30). The returned similarity decides the LLM diversity judge: asked only from the
+    third turn on and only when it exceeds :data:`JUDGE_ABOVE` (0.25)."""
     new_q, new_a = content_words(query), content_words(answer)
     top = 0.0
     for turn in earlier:

@@ -3,42 +3,15 @@ verified aspect, each with its gold documents and retrieval reasoning, then the 
 
 ``profile`` picks the readings where the paper leaves a rule open: ``authors`` (default; the authors'
 ``pipeline/generate_bright.py``) or ``convrag`` (our earlier readings, kept to reproduce earlier runs). For each
-aspect, in the order the ``aspects`` stage fixed, until ``max_turns`` turns are made (every call goes through
-:func:`convrag.synthesis.recor.common.ask`; a failing check is fed back and re-asked, a reply that never passes
-rejects the turn, counted by why; a reply of a writing step cut off at max_tokens is no reading):
+aspect, in the order the ``aspects`` stage fixed, until ``max_turns`` turns are made, :class:`Turns` runs its steps
+(fact overlap, sub-question and answerability, retrieval reasoning, document scoring and gold selection, user query
+and grounded answer, distinctness from the kept turns). Every call goes through
+:func:`convrag.synthesis.recor.common.ask`: a failing check is fed back and re-asked, a reply that never passes
+rejects the turn, counted by why; a reply of a writing step cut off at max_tokens is no reading.
 
-0. **Fact overlap** (``authors``, from the second kept turn; ``dv_fact_overlap``): an LLM rates 0..1 how much the
-   aspect's first 8 facts say what the first 8 facts of the kept turns said (the authors' method, not an
-   embedding); ``> max_fact_overlap`` (0.80) rejects the turn.
-1. **Sub-question** (``dv_subquestion``): the item's query and reasoning, the aspect, its verified facts and the
-   earlier sub-questions; empty or repeated -> re-ask. ``authors``: then **answerability** (``dv_answerability``):
-   the sub-question, the facts and every candidate document; ``coverage_score < min_answerability`` (0.40) asks a
-   new sub-question (the rejected ones shown), up to ``subquestion_attempts`` (4) in all, else the turn is rejected.
-2. **Retrieval reasoning**. ``authors``: written now, before scoring (``dv_retrieval_guidance``), from the
-   item's query and reasoning, the sub-question and the facts only, never a document's text; it is the turn's
-   ``subquestion_reasoning`` and the scorer's guidance. ``convrag``: written last (step 6).
-3. **Document scoring** (``dv_doc_scores``): the sub-question, the guidance (``convrag``: the item's reasoning),
-   the facts and the item's first ``max_candidates`` documents (``doc_chars`` characters each) rated 0..10 on four
-   criteria; the score is ours (:func:`~convrag.synthesis.recor.turn_agents.document_score`). Gold documents:
-   :func:`~convrag.synthesis.recor.turn_checks.select_gold` (``authors``: ``>= max(threshold, 0.6 x best)``,
-   threshold 4.0, none -> the best alone; ``convrag``: ``>= threshold``, 5.0, none -> turn rejected). Both give
-   appendix C.4's selection (7.15 and 5.40, not 3.65).
-4. **User query** (``dv_query_first`` / ``dv_query_followup``) and **grounded answer** (``dv_answer``, only the gold
-   documents' text), with the form checks (fewer than ``query_words`` words, a new opener; ``answer_sentences``
-   sentences, no meta reference).
-5. **Distinct from earlier turns**. ``authors``: the lexical rules of
-   :func:`~convrag.synthesis.recor.turn_checks.lexical_distinctness` against every kept turn, then, from the third
-   turn on and only when the word similarity exceeds 0.25, the LLM judge (``dv_turn_diversity``); a failure asks
-   query and answer again with the reason appended to the sub-question, ``diversity_retries`` (1) times, then
-   rejects the turn. ``convrag``: the LLM judge from the second turn on; ``adds_value`` false rejects the turn.
-6. ``convrag`` only: the **retrieval reasoning annotation** (``dv_retrieval_reasoning``), written with the
-   selected and the other documents in view.
-
-``enforce_form`` false keeps (and counts) replies that fail the form checks of the writing steps: for inspecting a
-weak model, never for a release. Kept turns are numbered 1, 2, ...; fewer than ``min_turns`` drops the item, and
-so does no document diversity across turns (``required = min(min_distinct_documents, candidates)`` >= 2
-documents over all turns, and not every turn the same gold set). A call that fails after the LLM layer's
-retries drops the item.
+Kept turns are numbered 1, 2, ...; fewer than ``min_turns`` drops the item, and so does no document diversity
+across turns (``required = min(min_distinct_documents, candidates)`` >= 2 documents over all turns, and not every
+turn the same gold set). A call that fails after the LLM layer's retries drops the item.
 """
 
 from __future__ import annotations
@@ -127,7 +100,40 @@ def _whole(name: str, value: Any, low: int) -> None:
 
 class Turns(DVStage):
     """Sub-questions, document scoring, user queries, grounded answers, turn checks and retrieval reasoning per
-    aspect, then the conversation-level checks (module docstring)."""
+    aspect, then the conversation-level checks (module docstring). The steps of one turn:
+
+    0. **Fact overlap** (``authors``, from the second kept turn; ``dv_fact_overlap``): an LLM rates 0..1 how much
+       the aspect's first 8 facts say what the first 8 facts of the kept turns said (the authors' method, not an
+       embedding); ``> max_fact_overlap`` (0.80) rejects the turn.
+    1. **Sub-question** (``dv_subquestion``): the item's query and reasoning, the aspect, its verified facts and the
+       earlier sub-questions; empty or repeated -> re-ask. ``authors``: then **answerability**
+       (``dv_answerability``): the sub-question, the facts and every candidate document; ``coverage_score <
+       min_answerability`` (0.40) asks a new sub-question (the rejected ones shown), up to ``subquestion_attempts``
+       (4) in all, else the turn is rejected.
+    2. **Retrieval reasoning**. ``authors``: written now, before scoring (``dv_retrieval_guidance``), from the
+       item's query and reasoning, the sub-question and the facts only, never a document's text; it is the turn's
+       ``subquestion_reasoning`` and the scorer's guidance. ``convrag``: written last (step 6).
+    3. **Document scoring** (``dv_doc_scores``): the sub-question, the guidance (``convrag``: the item's
+       reasoning), the facts and the item's first ``max_candidates`` documents (``doc_chars`` characters each)
+       rated 0..10 on four criteria; the score is ours (:func:`~convrag.synthesis.recor.turn_agents.document_score`).
+       Gold documents: :func:`~convrag.synthesis.recor.turn_checks.select_gold` (``authors``: ``>= max(threshold,
+       0.6 x best)``, threshold 4.0, none -> the best alone; ``convrag``: ``>= threshold``, 5.0, none -> turn
+       rejected). Both give appendix C.4's worked selection.
+    4. **User query** (``dv_query_first`` / ``dv_query_followup``) and **grounded answer** (``dv_answer``, only the
+       gold documents' text), with the form checks (fewer than ``query_words`` words, a new opener;
+       ``answer_sentences`` sentences, no meta reference).
+    5. **Distinct from earlier turns**. ``authors``: the lexical rules of
+       :func:`~convrag.synthesis.recor.turn_checks.lexical_distinctness` against every kept turn, then, from the
+       third turn on and only when the word similarity exceeds 0.25, the LLM judge (``dv_turn_diversity``); a
+       failure asks query and answer again with the reason appended to the sub-question, ``diversity_retries`` (1)
+       times, then rejects the turn. ``convrag``: the LLM judge from the second turn on; ``adds_value`` false
+       rejects the turn.
+    6. ``convrag`` only: the **retrieval reasoning annotation** (``dv_retrieval_reasoning``), written with the
+       selected and the other documents in view.
+
+    ``enforce_form`` false keeps (and counts) replies that fail the form checks of the writing steps: for
+    inspecting a weak model, never for a release.
+    """
 
     name = STAGE
     upstream = "facts"

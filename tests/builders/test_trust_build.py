@@ -252,7 +252,7 @@ def test_failed_swap_puts_the_previous_out_back(previous, capsys, monkeypatch):
 
 HELPER = """
 import os, sys, time
-from convrag import export
+from convrag.hub import export
 from convrag.cli import main
 
 marker, stage = sys.argv[1], sys.argv[2]
