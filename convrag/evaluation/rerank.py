@@ -1,30 +1,18 @@
 """The rerank stage of ``convrag evaluate`` (``--rerank SPEC``): each first-stage retriever's top-K reordered by a
 second-stage model and reported as its own system ``<retriever>><name>`` (``bm25>ce``, ``dense>llm``).
 
-Spec: ``[NAME=]KIND[:TARGET]@K``.
+Spec: ``[NAME=]KIND[:TARGET]@K`` (``NAME=`` renames the system suffix, needed when two ``--rerank`` share a kind).
 
-* ``cross-encoder:PATH_OR_NAME@K`` (alias ``ce:``; system suffix ``ce``): a sentence-transformers
-  ``CrossEncoder`` loaded offline from a folder, or a Hub name already in the local Hugging Face cache
-  (SEARA's :class:`~convrag.retrievers.llm_rerank.CrossEncoderReranker`: the top K sorted by score descending, ties by
-  first-stage rank).
+* ``cross-encoder:PATH_OR_NAME@K`` (alias ``ce:``; suffix ``ce``): a sentence-transformers ``CrossEncoder`` loaded
+  offline from a folder, or a Hub name already in the local Hugging Face cache (SEARA's
+  :class:`~convrag.retrievers.llm_rerank.CrossEncoderReranker`: the top K sorted by score descending, ties by
+  first-stage rank); pair scores are kept on disk (:class:`ScoreCache`).
 * ``llm@K`` or ``llm:LLM_SPEC@K`` (suffix ``llm``): SEARA's sliding-window listwise reranker
-  (:class:`~convrag.retrievers.llm_rerank.ListwiseReranker`, window 20, stride 10) through the LLM layer; ``llm@K`` uses
-  ``--llm`` (else ``$CONVRAG_LLM``, else the embedded placeholder). An LLM spec may itself hold ``@URL``: K is the
-  number after the last ``@``.
+  (:class:`~convrag.retrievers.llm_rerank.ListwiseReranker`, window 20, stride 10) through the LLM layer, whose cache
+  keeps the replies; ``llm@K`` uses ``--llm`` (else ``$CONVRAG_LLM``, else the embedded placeholder). An LLM spec may
+  itself hold ``@URL``: K is the number after the last ``@``.
 
-``NAME=`` renames the suffix (needed when two ``--rerank`` share a kind). Definitions: the first-stage ranking is
-the retriever's run in trec_eval order (score descending, then doc id descending); its first K documents are
-reordered and the documents below K follow in first-stage order (so measures deeper than K see the first
-stage's documents there). The first stage searches ``max(top_k, K)`` documents when reranking is asked, and the
-reranked run is cut to ``top_k`` like every run. The reranked run's score of the document at rank r (from 1) of a
-ranking of n documents is ``n - r + 1``. The reranker reads the same query text the first stage searched with
-(the strategy's text) and the document text ``title + " " + text`` (``text`` alone when the title is empty).
-
-Cross-encoder scores are kept on disk per (query text, document text) pair: under ``$CONVRAG_RERANK_CACHE``,
-else ``$CONVRAG_CACHE_DIR/rerank``, else ``~/.cache/convrag/rerank`` (``none`` or ``off``: no cache), in a folder
-keyed by the model's files (:func:`convrag.retrievers.embed.model_identity`, not its path) and ``max_length``; only
-pairs not found there are scored. A file that cannot be read is ignored with a ``CacheWarning`` and its pairs scored
-again. LLM replies are cached by the LLM layer's own cache (keyed by model, prompt and parameters).
+How a ranking is reordered, scored and cut: :func:`rerank_runs`.
 """
 
 from __future__ import annotations
@@ -126,7 +114,8 @@ def parse_reranks(values: Sequence[str] | None) -> list[RerankSpec]:
 
 # ----------------------------------------------------------------- cross-encoder score cache
 def default_cache_dir() -> Path | None:
-    """The rerank cache root (module docstring); ``None`` when turned off."""
+    """The rerank cache root: ``$CONVRAG_RERANK_CACHE``, else ``$CONVRAG_CACHE_DIR/rerank``, else
+    ``~/.cache/convrag/rerank``; ``None`` when turned off (``$CONVRAG_RERANK_CACHE`` set to ``none`` or ``off``)."""
     env = os.environ.get(CACHE_ENV)
     if env:
         return None if env.strip().lower() in ("none", "off") else Path(env)
@@ -145,7 +134,10 @@ def pair_key(query: str, text: str) -> str:
 
 
 class ScoreCache:
-    """Pair scores of one model and setting under ``root/<settings key>/scores-*.json`` (module docstring)."""
+    """Cross-encoder scores per (query text, document text) pair, of one model and setting, under
+    ``root/<settings key>/scores-*.json``: the folder is keyed by the model's files
+    (:func:`convrag.retrievers.embed.model_identity`, not its path) and ``max_length``, and only pairs not found
+    there are scored. A file that cannot be read is ignored with a ``CacheWarning`` and its pairs scored again."""
 
     def __init__(self, root: Path | None, settings: Mapping[str, Any]) -> None:
         payload = json.dumps({"format": FORMAT_VERSION, **settings}, sort_keys=True, separators=(",", ":"))
@@ -271,8 +263,13 @@ def document_texts(rows: Iterable[Mapping[str, Any]], wanted: set[str]) -> dict[
 
 def rerank_runs(stage: Stage, runs: Mapping[str, Mapping[str, Run]], texts: Mapping[str, Mapping[str, str]],
                 corpus: Any) -> dict[str, dict[str, Run]]:
-    """``{strategy: {subset: run}}`` reranked by ``stage`` (module docstring); ``texts[strategy][qid]``: the query
-    text searched with; ``corpus(subset)``: the subset's corpus rows."""
+    """``{strategy: {subset: run}}`` reranked by ``stage``; ``texts[strategy][qid]``: the query text searched with;
+    ``corpus(subset)``: the subset's corpus rows. The first-stage ranking is the retriever's run in trec_eval order
+    (:func:`trec_order`); its first K documents are reordered and the documents below K follow in first-stage order
+    (so measures deeper than K see the first stage's documents there). The reranked run's score of the document at
+    rank r (from 1) of a ranking of n documents is ``n - r + 1``. The reranker reads the query text the first stage
+    searched with (the strategy's text) and :func:`document_texts`. The engine has the first stage search
+    ``max(top_k, K)`` documents when reranking is asked, and cuts the reranked run to ``top_k`` like every run."""
     depth = stage.spec.depth
     orders = {n: {s: {q: trec_order(r) for q, r in run.items()} for s, run in by_s.items()} for n, by_s in runs.items()}
     subsets = list(dict.fromkeys(s for by_s in orders.values() for s in by_s))

@@ -5,14 +5,12 @@
   dropped; a single newest message longer than the budget keeps its end). The current question is never cut.
 * Sampling: greedy (temperature 0), ``max_tokens`` (default 300), seed 0. Reasoning before a ``</think>`` tag is
   removed from the reply (:func:`convrag.llm.replies.strip_reasoning`).
-* An item gets no answer, listed in ``GenerationResult.failures`` with the reason and counted by kind, never
-  filled in, when its call fails after the LLM layer's retries (``failed call``), when the reply is empty or
-  white space only (``empty reply``), or when nothing is left after the reasoning (``reasoning-only reply``: a
-  ``<think>`` block never closed, or nothing after ``</think>``; the reason says when the reply was cut at
-  ``max_tokens``). There is no re-ask: at temperature 0 the same prompt gives the same reply (and the cache
-  returns it), so a rerun needs another model or a larger ``max_tokens``.
-
-Output lines: :func:`mtrag_line` (MTRAG's official submission format) and :func:`judge_line` (one line per turn).
+* An item gets no answer (listed in ``GenerationResult.failures`` with the reason, counted by kind, never filled in)
+  when its call fails after the LLM layer's retries (``failed call``), its reply is empty or white space only
+  (``empty reply``), or nothing is left after the reasoning (``reasoning-only reply``: a ``<think>`` block never
+  closed, or nothing after ``</think>``; the reason says when the reply was cut at ``max_tokens``). No re-ask: at
+  temperature 0 (and through the cache) the same prompt gives the same reply; a rerun needs another model or a
+  larger ``max_tokens``. Output lines: :func:`mtrag_line` (MTRAG's official submission format), :func:`judge_line`.
 """
 
 from __future__ import annotations

@@ -1,22 +1,17 @@
 """The ``convrag generate`` command: answers for every task / turn of a built folder, a report, and the run.
 
 Files written (``FILE`` = ``--out`` without its ``.jsonl`` suffix), each through a temporary file and a rename:
-``--out`` (the answers), ``FILE.report.json`` (mode, k, retriever or run file, counts, tasks without an answer
-and the LLM's run report), ``FILE.run.trec`` (the retriever's full run, with ``--retriever``). LLM replies are
-cached in ``--cache`` (default ``FILE.llm-cache/``), so a rerun repeats no call.
+``--out`` (the answers), ``FILE.report.json`` (mode, k, retriever or run file, counts, tasks without an answer and
+the LLM's run report), ``FILE.run.trec`` (the retriever's full run, with ``--retriever``). LLM replies are cached in
+``--cache`` (default ``FILE.llm-cache/``), so a rerun repeats no call.
 
-A task whose call failed, whose reply was empty or held only reasoning gets no line (listed with the reason in
-the report, counted by kind; see :mod:`convrag.generate.answer`): an empty prediction is never written. When no
-task got an answer, only the report is written (``"complete": false`` and the reason; no answers file, no run
-file; the answers and run file of an earlier run into the same ``--out`` are removed, so that none stays beside a
-report of another run) and the command fails (exit 1) with one line naming the counts and what was removed.
-
-Outputs never replace inputs: ``--out``, the report, the run file and the cache folder are refused when one is
-the built folder or the ``--run`` file (or contains one). An existing ``--out`` (or report, or run file) is
-replaced only when it is an earlier output of this command, recognised by its report: a ``FILE.report.json``
-beside it, a JSON object with this command's ``generator``, ``mode`` and ``counts`` keys whose ``output`` names
-that file (the run file ``FILE.run.trec`` counts as ours when that report is there). Anything else is refused
-before any work, nothing written.
+A task whose call failed or whose reply was empty or reasoning only gets no line (listed in the report with the
+reason, counted by kind; :mod:`convrag.generate.answer`): an empty prediction is never written. When no task got an
+answer, only the report is written (``"complete": false`` and the reason; an earlier run's answers and run file at
+the same ``--out`` are removed, so that none stays beside another run's report) and the command fails (exit 1) with
+one line naming the counts and what was removed. Outputs never replace inputs: ``--out``, the report, the run file
+and the cache folder may not be, or contain, the built folder or the ``--run`` file. An existing output is replaced
+only when it is an earlier output of this command (:func:`_earlier_report`); anything else is refused before any work.
 """
 
 from __future__ import annotations
@@ -84,8 +79,10 @@ def _check_args(args: argparse.Namespace) -> Path:
 
 
 def _earlier_report(path: Path, out: Path) -> dict[str, Any] | None:
-    """The report at ``path`` when it is one this command wrote for the answers file ``out`` (see the module
-    docstring), else None."""
+    """The report at ``path`` when it is one this command wrote for the answers file ``out``, else None: a JSON
+    object with this command's ``generator``, ``mode`` and ``counts`` keys whose ``output`` names ``out``. An existing
+    ``--out`` (or report, or run file) counts as an earlier output of this command only when such a
+    ``FILE.report.json`` is beside it; the run file ``FILE.run.trec`` counts as ours when that report is there."""
     import json
 
     try:

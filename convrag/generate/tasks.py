@@ -9,17 +9,15 @@ Passages per mode:
   a retriever searched through the evaluation engine (:func:`convrag.evaluation.engine.run_benchmark`, the one
   retrieval path) or a run file checked as ``convrag evaluate`` checks runs
   (:func:`convrag.evaluation.engine.check_external`): an unknown query or document is an error naming the file
-  and line (a document must be in the built corpus: its text is what the model reads).
+  and line (a document must be in the built corpus: its text is what the model reads). A turn the run does not
+  rank gets no passages and is counted (``notes``).
 * ``none``: no passages.
-
-A turn the run does not rank gets no passages and is counted (``notes``).
 """
 
 from __future__ import annotations
 
 import os
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -245,8 +243,3 @@ def read_run_file(path: str, data: BenchmarkData, profile: EvaluationProfile) ->
     ext = read_external("run", kind, path, profile, data)
     # every ranked document must be in the built corpus: the model reads its text
     return check_external(ext, data, {s: True for s in data.subsets}, _normalizer(profile))
-
-
-def count_notes(items: Sequence[GenItem]) -> dict[str, int]:
-    """Note -> number of items."""
-    return dict(Counter(i.note for i in items if i.note))

@@ -6,14 +6,12 @@ the Hub viewer read::
     <out>/README.md                               YAML front matter (configs, dataset_info, convrag) + card
     <out>/<config>/<split>-00000-of-00001.parquet one file per split (more shards for big splits)
 
-The README's ``convrag`` block records the benchmark name, builder version, build options and the build
-report (excluded records, pads, empty configs...), so ``convrag evaluate`` knows what it is looking at. A source
-synthesized by convrag (``synthesis.json`` beside its files) gets its own card: its own ``pretty_name``, the corpus
-and the models that wrote it (placeholder flagged), never the published benchmark's name and sources; the record
-is kept in the block as ``synthesis``.
-
-A build never destroys data: it is written into a temporary folder beside ``<out>`` and swapped in only once
-complete, so a failed or interrupted build leaves ``<out>`` as it was (see ``export_benchmark``).
+The README's ``convrag`` block records the benchmark name, builder version, build options and the build report
+(excluded records, pads, empty configs...), so ``convrag evaluate`` knows what it is looking at. A source synthesized
+by convrag (``synthesis.json`` beside its files) gets its own card (:func:`synthesized_card`: its own ``pretty_name``,
+the corpus and the models that wrote it, placeholder flagged; never the published benchmark's name and sources), the
+record kept in the block as ``synthesis``. A build never destroys data: a failed or interrupted build leaves
+``<out>`` as it was (:func:`export_benchmark`).
 """
 
 from __future__ import annotations

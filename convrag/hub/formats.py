@@ -1,25 +1,18 @@
 """Write a built folder as BEIR or TREC files, for tools that read those instead of Hub configs.
 
-Every subset of the build (see :func:`convrag.builders.profile.built_subsets`) is read from the configs mteb reads,
-``[<subset>-]corpus``, ``[<subset>-]queries`` and ``[<subset>-]qrels`` (aliases included), and written into
-``DIR`` (no subsets) or ``DIR/<subset>/``:
+Every subset of the build (:func:`convrag.builders.profile.built_subsets`) is read from the configs mteb reads,
+``[<subset>-]corpus``, ``[<subset>-]queries`` and ``[<subset>-]qrels`` (aliases included), and written into ``DIR``
+(no subsets) or ``DIR/<subset>/``:
 
 * ``beir``: ``corpus.jsonl`` (``_id``, ``title``, ``text``, other columns under ``metadata``), ``queries.jsonl``
-  (``_id``, ``text``, ``metadata``) and ``qrels/<split>.tsv`` (header ``query-id corpus-id score``, tab
-  separated) for every split of the qrels config: ``GenericDataLoader(DIR).load(split=<split>)`` reads them.
+  (``_id``, ``text``, ``metadata``) and ``qrels/<split>.tsv`` (header ``query-id corpus-id score``, tab separated)
+  for every split of the qrels config: ``GenericDataLoader(DIR).load(split=<split>)`` reads them.
 * ``trec``: ``topics.tsv`` (``qid<TAB>text``), ``topics.txt`` (classic ``<top>`` blocks with ``<num>`` and
-  ``<title>``), ``qrels/<split>.txt`` (``qid 0 docid grade``) and ``corpus.jsonl``. TREC has no corpus format:
-  the corpus is written as Pyserini / Anserini ``JsonCollection`` lines, ``{"id", "contents"}`` with contents
-  = title, newline, text. Query texts in the topics files have every run of whitespace (tabs, newlines)
-  replaced by one space; ids with whitespace cannot be written in TREC files and are an error.
+  ``<title>``), ``qrels/<split>.txt`` (``qid 0 docid grade``) and, TREC having no corpus format, ``corpus.jsonl`` as
+  Pyserini / Anserini ``JsonCollection`` lines ``{"id", "contents"}`` (contents = title, newline, text). Topic texts
+  have every run of whitespace replaced by one space; ids with whitespace cannot be written in TREC files (an error).
 
-Parquet files are read in record batches and written line by line (memory holds the ids, not the texts).
-Empty or non-string ids, duplicate corpus or query ids, duplicate qrels pairs and qrels naming an unknown query
-are a ``DataError`` naming the Parquet file and row; qrels naming a document missing from the corpus are
-written and counted. The export is written into a temporary folder beside ``DIR`` and renamed into place when
-complete; ``convrag-export.json`` in it records the source (the Hub repo id, revision sha and endpoint, or the
-folder's path relative to the working directory: :func:`convrag.hub.repo.resolve_source`), format and row counts, and
-only a folder holding that file is replaced (with ``overwrite``).
+Row checks, the all-or-nothing write and its marker file: :func:`export_folder`.
 """
 
 from __future__ import annotations
@@ -261,7 +254,15 @@ def _check_target(out: Path, overwrite: bool) -> None:
 
 
 def export_folder(ref: str, fmt: str, out: str | os.PathLike, overwrite: bool = False) -> ExportSummary:
-    """Write the built folder (or Hub dataset repo id) ``ref`` as ``fmt`` files into ``out`` (see module doc)."""
+    """Write the built folder (or Hub dataset repo id) ``ref`` as ``fmt`` files into ``out`` (module docstring).
+
+    Parquet files are read in record batches and written line by line (memory holds the ids, not the texts). Empty
+    or non-string ids, duplicate corpus or query ids, duplicate qrels pairs and qrels naming an unknown query are a
+    ``DataError`` naming the Parquet file and row; qrels naming a document missing from the corpus are written and
+    counted. The export is written into a temporary folder beside ``out`` and renamed into place when complete;
+    ``convrag-export.json`` in it records the source (the Hub repo id, revision sha and endpoint, or the folder's path
+    relative to the working directory: :func:`convrag.hub.repo.resolve_source`), format and row counts, and only a
+    folder holding that file is replaced (with ``overwrite``)."""
     from convrag.core.manifest import read_card, read_manifest
     from convrag.core.out_folder import check_out, replacing
     from convrag.hub.repo import resolve_source

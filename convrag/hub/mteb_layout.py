@@ -1,25 +1,15 @@
 """mteb-conformant config names for a built folder, declared from its evaluation profile.
 
-mteb's retrieval loader reads a Hub dataset by config name: ``corpus``, ``queries``, ``qrels`` (and
-``top_ranked`` for reranking tasks), each prefixed ``<subset>-`` when the task has subsets. Our builders name
-configs after the benchmark's own views (MTRAG: ``clapnq-lastturn``, ``clapnq-cited-corpus``), so the export
-adds, for every name mteb asks for that the build lacks:
+mteb's retrieval loader reads a Hub dataset by config name: ``corpus``, ``queries``, ``qrels`` (and ``top_ranked``
+for reranking tasks), each prefixed ``<subset>-`` when the task has subsets. Our builders name configs after the
+benchmark's own views (MTRAG: ``clapnq-lastturn``, ``clapnq-cited-corpus``), so for every name mteb asks for that the
+build lacks the export adds (:func:`plan`) an **alias**, a second ``configs`` entry in the README whose
+``data_files`` are the built config's (no copy of the data), or a small table: ``<subset>-top_ranked`` for
+benchmarks searched within a per-query pool, so that mteb reranks each query's pool as ``convrag evaluate`` does
+instead of searching the whole corpus, and a flat ``query`` config where mteb cannot batch the turns' nested history.
 
-* an **alias**: a second ``configs`` entry in the README whose ``data_files`` are the built config's (no copy
-  of the data). ``<subset>-queries`` points to the view of the profile's first query strategy when the turns
-  are read from views (MTRAG: ``lastturn``), else to the turns config; ``<subset>-corpus`` to the first built
-  corpus of the profile (MTRAG without its full corpus: the cited corpus); ``<subset>-qrels`` to the qrels.
-* a ``<subset>-top_ranked`` config (``query-id``, ``corpus-ids``) for benchmarks searched within a per-query
-  pool (``search: pool``): an alias of a pool config, or a small table written from the turns' pool column, so
-  that mteb reranks each query's pool as ``convrag evaluate`` does instead of searching the whole corpus.
-* a flat ``query`` config (``_id``, ``text``, ``history`` as text) for benchmarks without subsets whose turns
-  config carries the conversation as a list of messages (a strategy reads the history: MTR-Bench): mteb's
-  collate cannot batch that nested column, and mteb reads a config named ``query`` instead of ``queries`` when
-  there is one. ``convrag evaluate`` still reads ``queries``. (mteb reads ``query`` for every subset, so a
-  benchmark with subsets cannot get one.)
-
-Aliases are listed in the README's ``convrag.aliases`` block (alias -> config); convrag's own readers skip
-them, so ``convrag evaluate --corpus auto`` still tells a cited corpus from a full one.
+Aliases are listed in the README's ``convrag.aliases`` block (alias -> config); convrag's own readers skip them, so
+``convrag evaluate --corpus auto`` still tells a cited corpus from a full one.
 """
 
 from __future__ import annotations
@@ -53,7 +43,16 @@ def _mteb(kind: str, subset: str) -> str:
 def plan(profile: EvaluationProfile, built: list[str]) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
     """(aliases: mteb name -> built config, tables: table name -> (turns config, column)).
 
-    A table is ``[<subset>-]top_ranked`` (column: the pool) or the flat ``query`` (column: the history).
+    * aliases: ``<subset>-queries`` -> the view of the profile's first query strategy when the turns are read from
+      views (MTRAG: ``lastturn``), else the turns config; ``<subset>-corpus`` -> the first built corpus of the
+      profile (MTRAG without its full corpus: the cited corpus); ``<subset>-qrels`` -> the qrels.
+    * ``[<subset>-]top_ranked`` (``query-id``, ``corpus-ids``; column: the pool) for benchmarks searched within a
+      per-query pool (``search: pool``): an alias of a pool config, or a table written from the turns' pool column.
+    * the flat ``query`` table (``_id``, ``text``, ``history`` as text; column: the history) for benchmarks without
+      subsets whose turns config carries the conversation as a list of messages that a strategy reads (MTR-Bench):
+      mteb's collate cannot batch that nested column, and mteb reads a config named ``query`` instead of
+      ``queries`` when there is one (``convrag evaluate`` still reads ``queries``). mteb reads ``query`` for every
+      subset, so a benchmark with subsets cannot get one.
 
     Only names the build lacks are planned; nothing is planned for a subset whose qrels, corpus or queries
     cannot be found (mteb could not read it anyway)."""

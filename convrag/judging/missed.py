@@ -1,33 +1,17 @@
 """Missed-relevant estimate: an annotation-sparsity audit by depth-k pooling and graded relevance judging.
 
-For every audited turn, the documents of its pool (:func:`convrag.judging.pooling.pool`: the union of several
-retrievers' top-k, k = the pool depth, 10 by default) that the official qrels do not label at all are judged
-on the 0-3 scale (dimension ``pooled_relevance``); one judged >= ``cutoff`` (2: partly answers or answers) is a
-*suspected missed* relevant document. Per turn:
+Per audited turn, the documents of its pool (:func:`convrag.judging.pooling.pool`: the union of several retrievers'
+top k, k = the pool depth, 10 by default) that the qrels do not label at all are judged 0-3 (dimension
+``pooled_relevance``); one graded >= ``cutoff`` (2: partly answers or answers) is a *suspected missed* document.
 
-- ``N_new``: pooled unlabelled documents judged >= cutoff;
-- ``s = N_new / (N_official_rel + N_new)``, with ``N_official_rel`` the documents the qrels grade > 0.
-
-The report gives the macro mean of ``N_new`` and of ``s`` over turns and the share of turns with ``N_new > 0``.
-``s`` is a LOWER bound of the share of relevant documents the labels miss (a relevant document no retriever put
-in its top k is never seen), and it is INFLATED by the judge's false positives (an unrelated document graded
->= 2 counts as missed); read it beside the calibration.
-
-Calibration (``calibrate=True``): the judge also grades every document the qrels label, with dimension
-``calibration_relevance``. Sensitivity = labelled positives (grade > 0) graded >= cutoff / labelled positives
-judged. Only where the qrels hold explicit negatives (rows with grade <= 0) is specificity (negatives graded
-< cutoff / negatives judged) and Cohen's kappa measured; without them the report says "sensitivity only". Pooled
-documents the qrels label as negatives are calibration material, not missed candidates.
-
-A verdict that could not be obtained (the judge raised, or its reply had no readable grade) is counted by
-reason and excluded: it is neither relevant nor not. A turn whose candidates all failed is left out of the
-means (``turns_without_verdict``). The estimator is validated where the truth is known (``tests/
-test_audit_missed.py``): on StratRAG every pool document is labelled (2 gold, the rest not relevant), so
-hiding gold documents and judging with (noisy) oracles gives its precision and recall (:func:`check_estimate`).
-
-:func:`write_suspected_qrels` writes the suspected documents as TREC qrels for human review;
-:func:`rescore` scores each system with the official qrels and with official + suspected qrels
-(``convrag.metrics.retrieval.score_run``), ranks the systems under each and gives Kendall's tau between them.
+* ``N_new``: suspected documents; ``s = N_new / (N_official_rel + N_new)``, ``N_official_rel`` = documents the qrels
+  grade > 0. Reported: macro means of both over turns, and the share of turns with ``N_new > 0``. ``s`` is a LOWER
+  bound (a relevant document outside every top k is never seen), INFLATED by the judge's false positives.
+* Calibration (``calibrate=True``, dimension ``calibration_relevance``, :class:`Calibration`): the judge on every
+  labelled document; specificity and Cohen's kappa only where the qrels hold explicit negatives (grade <= 0), else
+  "sensitivity only". Pooled documents labelled negative are calibration material, not missed candidates.
+* Failures: a verdict not obtained (the judge raised, no readable grade) is counted by reason and excluded; a turn
+  whose candidates all failed is left out of the means (``turns_without_verdict``).
 """
 
 from __future__ import annotations

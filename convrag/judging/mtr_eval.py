@@ -1,38 +1,18 @@
 """MTR-Eval's four judge dimensions (MTR-Suite section 3), as per-item requests and verdicts.
 
-Every dimension judges the turn's CURRENT (last) query, shown with the conversation before it; the authors'
-code judged the first turn of each conversation, which pairs a multi-turn item's gold with the wrong question.
+Every dimension judges the turn's CURRENT (last) query, after the conversation before it.
 
-* ``query_evidence`` (Q-E, query-evidence alignment): can the current query be answered from one gold document
-  on its own? Integer 1-5 (5 = fully, 1 = not at all). One verdict per (item, gold document), ``extra["doc_id"]``.
-* ``completeness`` (Comp., evidence completeness as discriminability): one gold document is shown among hard
-  negatives, numbered ``[1]..[n]``: an item with a candidate pool shows its WHOLE pool, as the authors showed the
-  whole cluster (MTR-Bench clusters hold 8-11 documents), up to :data:`MAX_CANDIDATES`; an item without one shows
-  the gold and ``k`` (7) retrieved negatives. The judge names the most probable source. Score 1.0 when it names
-  the gold, else 0.0, so the mean over items is an ACCURACY in [0, 1] (chance = 1/n, n varying by item). The
-  paper prints Comp. on the 5-point axis of the other dimensions without saying how; report the accuracy (a table
-  may show accuracy x 5 beside it, the likely convention).
+* ``query_evidence`` (Q-E): can one gold document alone answer the current query? 1-5 (5 = fully), one verdict per
+  (item, gold document), ``extra["doc_id"]``.
+* ``completeness`` (Comp., evidence completeness as discriminability): ONE gold document (drawn with the item's
+  seeded RNG; other golds never shown) among hard negatives (:class:`NegativeSampler`), numbered ``[1]..[n]`` in an
+  order shuffled by ``random.Random(f"{seed}:{item_id}")`` (1-based gold position in ``extra["gold_positions"]``).
+  Score 1.0 when the judge names the gold, else 0.0: the mean is an ACCURACY in [0, 1] (chance 1/n, n varying by
+  item); report it as such, accuracy x 5 beside it at most.
 * ``answer_faithfulness`` (A-E): is every claim of the reference answer backed by the gold documents? 1-5.
-* ``answer_quality`` (Qual.): is the reference answer correct, complete and on point? 1-5; the gold documents
-  are shown for context, as the authors' prompt does.
-
-A-E and Qual. need a reference answer: an item without one is not applicable (:func:`judge_item` returns None,
-which the runner counts), never a verdict. Items with several gold documents: Q-E judges each; A-E and Qual.
-show all of them, numbered; Comp. shows ONE gold per item, drawn with the item's seeded RNG, and never shows the
-other golds (MTR data has one gold per turn, and several golds among 8 would raise the chance level).
-
-Hard negatives (:class:`NegativeSampler`): the item's own candidate pool when the benchmark ships one (MTR-Bench
-cluster, StratRAG pool), in stored order, golds and placeholder padding removed: all of it (``whole_pool``, the
-default), at most ``MAX_CANDIDATES - 1`` (the rest counted in ``extra["pool_left_out"]``), or the first k
-(``whole_pool=False``, our earlier reading: 8 documents whatever the cluster size). Otherwise, or to top up a pool
-with fewer than k usable documents (a StratRAG comparison turn can have none), the best of a retriever (BM25 by
-default) over the item's subset corpus for the current query, every gold excluded; ``extra["negatives_source"]``
-says which source served.
-Candidate positions are shuffled with ``random.Random(f"{seed}:{item_id}")`` (the paper's claim; the authors'
-code put the gold first) and the gold's 1-based position is kept in ``extra["gold_positions"]``.
-
-Documents in prompts: title (when the text does not already start with it) and text, ``[digits]`` citation
-markers removed, cut to ``doc_chars`` characters (default 2000) at a word boundary.
+* ``answer_quality`` (Qual.): is the reference answer correct, complete and on point (golds shown as context)? 1-5.
+  A-E and Qual. show every gold, numbered; an item without a reference answer is not applicable (:func:`judge_item`
+  returns None, counted by the runner), never a verdict.
 """
 
 from __future__ import annotations
@@ -111,8 +91,13 @@ def _history(item: AuditItem) -> list[dict[str, str]]:
 
 
 class NegativeSampler:
-    """Hard negatives for the discriminability test, per item (see the module docstring). Builds one retriever
-    index per subset the first time an item without a pool needs it, and keeps it; thread-safe."""
+    """Hard negatives for the discriminability test, per item. When the benchmark ships a candidate pool (MTR-Bench
+    cluster, StratRAG pool): its documents in stored order, golds and placeholder padding removed, all of them up to
+    ``MAX_CANDIDATES - 1`` (``whole_pool``, the default; the rest counted in ``extra["pool_left_out"]``) or the first
+    ``k`` (``whole_pool=False``; ``k`` is 7 by default). Otherwise, or to top up a pool with fewer than ``k`` usable
+    documents, the best of ``retriever`` (BM25 by default) over the item's subset corpus for the current query,
+    every gold excluded; ``extra["negatives_source"]`` says which served. Builds one retriever index per subset the
+    first time an item without a pool needs it, and keeps it; thread-safe."""
 
     def __init__(self, audit_set: AuditSet, retriever: str = "bm25", whole_pool: bool = True) -> None:
         self.audit_set = audit_set

@@ -1,60 +1,18 @@
-"""RECOR's quality judges (RECOR appendix G): conversation-level scores and turn-level labels, per item.
+"""RECOR's quality judges (RECOR appendix G), per item: four conversation-level scores and two turn-level labels.
 
-**Conversation level** (:func:`judge_conversation`; one judge call per conversation; ``item_id`` is the key that
-:func:`convrag.judging.items.conversations` gives it). Four whole-number scores on a 1-5 Likert scale, 5 best:
-
-* ``naturalness``: the wording reads like real speech (contractions, everyday words, hedges, casual openers),
-  not formal or template-like text; profile ``authors`` (default) judges the whole conversation, questions and
-  replies, as RECOR's paper and code do; profile ``convrag`` the user's turns only;
-* ``turn_coherence``: each question follows from the reply before it, its references ("it", "that step") point
-  to something already said, and the subject never jumps without a bridge;
-* ``question_quality``: the questions are distinct, specific, more than trivial, and together cover the topic;
-* ``groundedness``: the answers' claims are backed by the source documents, here the turns' gold documents
-  (RECOR judges answers against documents); anchors by the share of backed claims: 5 all, 4 about 95% or more,
-  3 about 80-95%, 2 about 50-80% or some invention, 1 under half or major invention.
-
-The judge sees every turn in order: the query and the answer (answers cut to :data:`ANSWER_CHARS` characters,
-ending in "[...]", and the prompt says so); for groundedness, each turn's gold document ids and the documents
-once each (cut to :data:`DOCUMENT_CHARS`); for RECOR folders also the conversation's ``original_query``, which
-RECOR's question-quality prompt shows as the original topic. RECOR asks each criterion in its own prompt; we ask
-for all four in one call (a quarter of the calls; the prompt tells the judge to keep the criteria apart). A
-conversation with no answer at all gets no groundedness verdict (nothing to ground). Structured replies are
-``{"rationale", "scores": {dimension: int}}`` (the schema asks for integers 1-5; validation is lenient so that
-each score is checked on its own); free-text replies end in lines such as ``Naturalness: 4`` (the last line per
-criterion counts; a JSON object in the reply is read first). A missing, fractional or out-of-range score makes
-that dimension's verdict unparseable and keeps the others. Under ``authors`` the reply also carries RECOR's
-quoted evidence (structured: ``evidence: {dimension: {field: [quotes]}}`` before ``scores``; free text: one
-"Field name: "quote"; "quote"" line per field), kept in each verdict's ``extra["evidence"]``
-(:mod:`convrag.judging.recor_profile`); evidence left out does not fail a score.
-
-**Turn level** (:func:`judge_turn`; one call per turn; label verdicts have ``score`` None):
-
-* ``kind="dependency"`` (dimension ``dependency_type``): the judge sees the current query after the two previous
-  turns, replies in full (``authors``, as RECOR's code) or every earlier turn, replies cut as above
-  (``convrag``). Labels: ``coreference`` (a pronoun or pointing word refers back), ``ellipsis`` (a fragment
-  completed from earlier turns), ``substitution`` (a general phrase such as "this process" stands for something
-  named earlier), ``continuation`` (a complete question on the same subject, no explicit link),
-  ``topic_shift`` (a new facet or subtopic of the theme), ``self_contained`` (understandable with no context).
-  First turn: a turn without history is labelled ``self_contained`` by rule, with no call (``extra["rule"]``).
-  RECOR's prompt gives that label to questions needing no context, "usually Turn 1", and its Table 29 counts
-  exactly one self-contained turn per conversation (707 of 707 conversations).
-* ``kind="pattern"`` (dimension ``question_pattern``): the judge sees the current query alone, as RECOR's prompt
-  does. Labels: ``why`` (reasons, causes), ``how`` (process, mechanism), ``what`` (a plain fact: definition,
-  name, date, place), ``compare`` (differences, similarities, which is better), ``what_if`` (hypotheticals),
-  ``confirm`` (verifying an understanding, yes/no), ``more_detail`` (deeper explanation of something already
-  mentioned), ``example`` (concrete instances), ``effect`` (results, implications).
-
-Under ``authors`` a turn reply also quotes the deciding words (``evidence``, kept in ``extra["evidence"]``).
-
-Label reading (:func:`match_label`): case-insensitive, with space, hyphen and underscore interchangeable, so
-"Topic shift", "topic-shift" and "TOPIC_SHIFT" all read as ``topic_shift``; anything else is unparseable.
-
-**Distributions** (:func:`convrag.benchmarks.recor.judges_tables.label_distribution`): shares over the parsed
-verdicts; normalised entropy with H the Shannon entropy of the label shares: ``authors`` H / log m, m the number of
-labels observed (RECOR's code, per domain as in Table 31; one label observed gives 0); ``convrag`` H / log k, k
-the size of the label set (6 or 9). Where every label is observed the two agree: Table 29's counts give 0.775
-(reported 0.77), Table 30's 0.906 (reported 0.91); per domain, where labels are missing, only the first can
-reproduce Table 31. RECOR's reported figures (GPT-4o judge) are the ``RECOR_*`` constants of that module.
+**Conversation level** (:func:`judge_conversation`, one call per conversation, keyed as
+:func:`convrag.judging.items.conversations` keys it): :data:`DIMENSIONS`, each a whole number 1-5 (5 best) on the
+anchors of the prompt ``audit_conversation_quality``; ``groundedness`` checks the answers' claims against the turns'
+gold documents and is not asked of a conversation without answers. RECOR asks one prompt per criterion; we ask the
+four in one call. The judge sees every turn in order (answers cut to :data:`ANSWER_CHARS`, ending "[...]"), each gold
+document once (cut to :data:`DOCUMENT_CHARS`) and, for RECOR, the ``original_query`` as the topic. A missing,
+fractional or out-of-range score makes that dimension unparseable and keeps the others.
+**Turn level** (:func:`judge_turn`, one call per turn, ``score`` None): ``kind="dependency"`` picks one of
+:data:`DEPENDENCY_LABELS` from the query and the turns before it (a turn without history is ``self_contained`` by
+rule, with no call, ``extra["rule"]``); ``kind="pattern"`` one of :data:`PATTERN_LABELS` from the query alone, as
+RECOR's prompt; each prompt defines its labels. :func:`match_label` ignores case, space, hyphen and underscore.
+Profiles ``authors`` / ``convrag``, with the quoted evidence kept in ``extra["evidence"]`` (its absence fails no
+score): :mod:`convrag.judging.recor_profile`; distributions: :mod:`convrag.benchmarks.recor.judges_tables`.
 """
 
 from __future__ import annotations

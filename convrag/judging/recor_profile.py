@@ -1,20 +1,18 @@
 """The two readings of RECOR's quality judges, their quoted-evidence fields, and label entropy.
 
-``profile`` (``convrag audit --profile``) picks what :mod:`convrag.judging.recor` does where RECOR's paper
-(appendix G) is silent or loose; ``authors`` follows the authors' released code (``RECOR-Benchmark/RECOR``,
-``pipeline/quality_analysis.py``) and is the default, ``convrag`` keeps convrag's earlier readings so that old
-runs can be reproduced:
+``profile`` (``convrag audit --profile``) picks what :mod:`convrag.judging.recor` does where RECOR's paper (appendix
+G) is silent or loose: ``authors`` (default) follows the authors' released code (``RECOR-Benchmark/RECOR``,
+``pipeline/quality_analysis.py``); ``convrag`` keeps convrag's own readings, so that runs made with them reproduce.
 
 * naturalness: ``authors`` judges the wording of the whole conversation, questions and replies (the paper and the
-  authors' prompt show the judge the full dialogue); ``convrag`` judges the user's turns only;
-* quoted evidence: ``authors`` asks for the authors' evidence fields (:data:`EVIDENCE_FIELDS`; one quote field for
-  the turn labels) and keeps them in each verdict's ``extra["evidence"]``; ``convrag`` asks for none;
-* dependency context: ``authors`` shows the :data:`CONTEXT_TURNS` turns before the question, replies in full;
-  ``convrag`` shows every earlier turn, replies cut to ``ANSWER_CHARS``;
-* normalised entropy of a label distribution: ``authors`` H / log m, m = the number of labels observed (one label
-  observed gives 0), the authors' ``compute_entropy``; ``convrag`` H / log k, k = the size of the label set.
-  Both use the parsed labels only (the authors also count failed calls as a label "unknown"; we count failures
-  apart and never as a label).
+  authors' prompt show the full dialogue); ``convrag`` the user's turns only;
+* quoted evidence: ``authors`` asks for the authors' fields (:data:`EVIDENCE_FIELDS`; one quote field for the turn
+  labels), kept in ``extra["evidence"]``; ``convrag`` asks for none;
+* dependency context: ``authors`` the :data:`CONTEXT_TURNS` turns before the question, replies in full; ``convrag``
+  every earlier turn, replies cut to ``ANSWER_CHARS``;
+* normalised entropy: ``authors`` H / log m, m = labels observed (the authors' ``compute_entropy``; one label gives 0);
+  ``convrag`` H / log k, k = size of the label set. Both use parsed labels only: failed calls are counted apart,
+  never as a label (the authors count them as a label "unknown").
 """
 
 from __future__ import annotations

@@ -10,14 +10,9 @@ Spec strings (options may follow after ``;`` as ``key=value``)::
     llamacpp:PATH.gguf                       llama.cpp on a GGUF file
     fake                                     echo backend for dry runs and tests
 
-e.g. ``openai:deepseek-chat@https://api.deepseek.com;response_format=json_object;timeout=120``. Client options
-in a spec: ``timeout`` (seconds per request), ``max_retries`` (backoff retries of a transient error, default 5),
-``breaker`` (connection-level failures in a row that stop the client, default 3; 0 = off), ``max_concurrency``.
-``get_llm()`` with no spec reads ``$CONVRAG_LLM`` and falls back to ``default``.
-
-``default`` is a placeholder: SmolLM2-135M is far too weak to judge answers or write data, so what it produces
-only shows that the plumbing works. :func:`is_placeholder` tells whether a spec resolves to it;
-:data:`PLACEHOLDER_WARNING` and :data:`REAL_MODEL_HINT` are the texts to show beside such output.
+e.g. ``openai:deepseek-chat@https://api.deepseek.com;response_format=json_object;timeout=120``; client options: see
+:func:`get_llm`. ``default`` is a placeholder, far too weak to judge answers or write data: its output only shows that
+the plumbing works (:func:`is_placeholder`; show :data:`PLACEHOLDER_WARNING` and :data:`REAL_MODEL_HINT` beside it).
 """
 
 from __future__ import annotations
@@ -162,11 +157,13 @@ def _client_options(parsed: BackendSpec, options: dict[str, Any]) -> dict[str, A
 
 
 def get_llm(spec: str | dict[str, Any] | None = None, **options: Any) -> LLM:
-    """The LLM for ``spec`` (default: ``$CONVRAG_LLM`` or ``"default"``).
+    """The LLM for ``spec`` (default: ``$CONVRAG_LLM``, else ``"default"``).
 
-    Client options: ``cache`` (dir, DiskCache or False), ``report`` (a shared RunReport), ``retry`` (or
-    ``max_retries``), ``breaker``, ``max_concurrency``, ``params``, ``structured_attempts``, ``constrained``,
-    ``timeout``; the rest go to the backend (``api_key``, ``base_url``, ``n_ctx``, ``response_format``, ...).
+    Client options (in ``options`` or after ``;`` in a spec string): ``cache`` (dir, DiskCache or False), ``report``
+    (a shared RunReport), ``retry`` (or ``max_retries``: backoff retries of a transient error, default 5),
+    ``breaker`` (connection-level failures in a row that stop the client, default 3; 0 = off),
+    ``max_concurrency``, ``params``, ``structured_attempts``, ``constrained``, ``timeout`` (seconds per request);
+    the rest go to the backend (``api_key``, ``base_url``, ``n_ctx``, ``response_format``, ...).
     """
     if spec is None:
         spec = os.environ.get(SPEC_ENV) or "default"

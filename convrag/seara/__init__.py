@@ -8,13 +8,11 @@
         references=pseudo.references(pool.query_ids), query_ids=list(pool.query_ids),
         pool_signature=pseudo.signature)
 
-:mod:`convrag.seara.pool` pools and signs; :mod:`convrag.seara.judge` judges (cost bound, cap, cache, failures,
-calibration); :mod:`convrag.seara.qrels` writes the qrels layout and TREC files; :mod:`convrag.seara.facts` extracts
-and matches minimal facts. ``convrag select`` (:mod:`convrag.seara.command`) chains them over a strategy space
-(:mod:`~convrag.seara.space`): :class:`~convrag.seara.runner.Runner` builds and runs configurations,
-:class:`~convrag.seara.search.Searcher` searches (grid, staged, racing), :mod:`~convrag.seara.stats` bootstraps and
-picks, :mod:`~convrag.seara.report` writes tables and plots; :mod:`~convrag.seara.validation` checks it all where the
-truth is known.
+Submodules: ``pool`` pools and signs; ``judge`` judges (cost bound, cap, cache, failures, calibration); ``qrels``
+writes the qrels layout and TREC files; ``facts`` extracts and matches minimal facts. ``convrag select``
+(``command``) chains them over a strategy space (``space``): ``runner.Runner`` builds and runs configurations,
+``search.Searcher`` searches (grid, staged, racing), ``stats`` bootstraps and picks, ``report`` writes tables and
+plots; ``validation`` checks it all where the truth is known.
 """
 
 from convrag.seara.judge import (

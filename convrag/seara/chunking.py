@@ -1,29 +1,18 @@
 """SEARA chunking strategies (the space's ``chunking`` dimension) and the length filter (its ``filter`` dimension).
 
-Every chunk is a verbatim slice of its document's text: ``text[chunk.start:chunk.end] == chunk.text`` (chunks
-are cut from the text by offsets; a splitter piece that cannot be found in the text is an error). Documents
-arrive as ``(doc_id, title, text)``; offsets refer to ``text`` only (the title is never part of a chunk; a
-retriever may prepend it when it embeds).
-
-Strategies (parameters and defaults):
-
+Every chunk is a verbatim slice of its document's text, ``text[chunk.start:chunk.end] == chunk.text`` (a splitter
+piece not found in the text is an error); documents are ``(doc_id, title, text)``, offsets refer to ``text`` and the
+title is never part of a chunk (a retriever may prepend it when it embeds). Strategies (defaults):
 - ``original``: one chunk per document, the whole text.
-- ``recursive``: LangChain ``RecursiveCharacterTextSplitter`` (``chunk_size`` = 1024 characters,
-  ``chunk_overlap`` = 0, ``separators`` = ``"paper"`` or ``"authors"``, the lists of
-  :mod:`convrag.synthesis.curation.chunking`). The splitter strips pieces; each piece is located in the text searching
-  from one character after the previous piece's start (pieces advance), so repeated text maps to its next
-  occurrence.
-- ``sentences``: consecutive, non-overlapping groups of ``n`` = 3 sentences. A sentence ends after a run of
-  ``.``, ``!`` or ``?`` (plus closing quotes or brackets) followed by whitespace, or at a blank line; leading
-  and trailing whitespace is not part of a sentence. A group spans its first sentence's start to its last
-  sentence's end (the whitespace between them included).
-- ``fixed``: windows of ``size`` = 128 whitespace-separated tokens starting every ``stride`` (default ``size``,
-  at most ``size``) tokens; the last window is the first that reaches the final token. A window spans its first
-  token's start to its last token's end.
-
-A document whose text is empty or whitespace only gives no chunk and is counted in :class:`ChunkingReport`.
-Chunk ids are ``"<doc_id>#<h>:<start>-<end>"`` with ``h`` the first 8 hex digits of the SHA-1 of the
-:func:`chunking_id`, so the same span cut by two chunkings gets two ids and ids never depend on the run.
+- ``recursive``: LangChain ``RecursiveCharacterTextSplitter`` (``chunk_size`` 1024 characters, ``chunk_overlap`` 0,
+  ``separators`` ``"paper"`` or ``"authors"``: :mod:`convrag.synthesis.curation.chunking`); each stripped piece is
+  found searching from one character after the previous piece's start (repeated text maps to its next occurrence).
+- ``sentences``: consecutive, non-overlapping groups of ``n`` = 3 sentences (:func:`sentence_spans`).
+- ``fixed``: windows of ``size`` = 128 whitespace-separated tokens every ``stride`` (default and at most ``size``)
+  tokens, the last being the first to reach the final token.
+A group or window spans its first unit's start to its last unit's end. An empty or whitespace-only document gives no
+chunk (counted in :class:`ChunkingReport`). Chunk ids: ``"<doc_id>#<h>:<start>-<end>"``, ``h`` the first 8 hex digits
+of the SHA-1 of the :func:`chunking_id`: the same span cut by two chunkings gets two ids; ids never depend on the run.
 """
 
 from __future__ import annotations
@@ -122,7 +111,9 @@ def _recursive_spans(text: str, chunk_size: int, chunk_overlap: int, separators:
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """``[start, end)`` of each sentence of ``text`` (rule in the module docstring), in text order."""
+    """``[start, end)`` of each sentence of ``text``, in text order. A sentence ends after a run of ``.``, ``!`` or
+    ``?`` (plus closing quotes or brackets) followed by whitespace, or at a blank line; leading and trailing
+    whitespace is not part of a sentence."""
     spans: list[tuple[int, int]] = []
     cuts = [m.end() for m in _SENTENCE_END.finditer(text)] + [len(text)]
     begin = 0

@@ -1,31 +1,17 @@
 """The ``convrag select`` command: from a corpus, real queries and a strategy space to the chosen retriever.
 
-Output folder (written beside it under a temporary name and swapped in when complete, by
-:func:`convrag.core.out_folder.replacing`, so a failed run leaves nothing; --out may not be or hold an input)::
+The output folder (files: :func:`run_command`) is written beside it under a temporary name and swapped in when
+complete (:func:`convrag.core.out_folder.replacing`), so a failed run leaves nothing. ``--out`` is claimed by
+:func:`convrag.core.out_folder.claim_out` once the inputs are read: never an input or a folder holding one, never a
+user's non-empty folder; a folder an earlier ``convrag select`` wrote is replaced whole.
 
-    leaderboard.md / .csv / .json   the final pool's table (PR-AUC micro [CI], macro, P@K, R'@K, fact PR-AUC [CI],
-                                    fact R@K, cost); the headline that chose is marked
-    chosen.yaml                     the chosen configuration, its figures, pool signature, the measure that chose
-                                    (chunk- or fact-level, :mod:`convrag.seara.search`) and why it won
-    pr_curves.png / .csv            micro PR curves of the final pool
-    interaction.png                 mean PR-AUC by the factorial's first two varied dimensions (when there is one)
-    pools/NN-LABEL/                 each judged pool (the final one last): leaderboard, pr_curves, pseudo-qrels
-                                    (pseudo-qrels/ Parquet in the qrels layout, .json, .trec)
-    report.json                     ``complete``, settings, queries, judge cost (calls, cache hits, tokens, cost),
-                                    fact extraction per pool (counts, failed queries, LLM report) and in total,
-                                    components' LLM reports, chunk counts, failed judgments, racing rounds
-
-``--judge oracle:EVIDENCE.jsonl`` (or ``judge: {model: "oracle:..."}`` in the space, a relative path read from
-the space file's folder) judges with :class:`convrag.seara.evidence.EvidenceOracle`: no LLM call, the evidence
-spans are the facts; every query must have a line in the file (else exit 2, nothing written), and spans found in
-no document are counted and reported.
-
---out is claimed by :func:`convrag.core.out_folder.claim_out` once the inputs are read: never an input or a folder
-holding one, never a user's non-empty folder; a folder an earlier ``convrag select`` wrote is replaced whole.
-When a pool cannot be scored because every query has a failed judgment (failed calls, unreadable replies), or its
-configurations differ in chunking and no query has a usable fact, the pools judged so far and ``report.json``
-(``"complete": false`` and the reason) are written, no leaderboard or choice, and
-:class:`~convrag.core.errors.EmptyResult` names the pool and the counts (exit 1).
+``--judge oracle:EVIDENCE.jsonl`` (or ``judge: {model: "oracle:..."}`` in the space, a relative path read from the
+space file's folder) judges with :class:`convrag.seara.evidence.EvidenceOracle`: no LLM call, the evidence spans are
+the facts; every query needs a line in the file (else exit 2, nothing written); spans found in no document are
+counted and reported. When a pool cannot be scored (every query has a failed judgment, or its configurations differ
+in chunking and no query has a usable fact), the pools judged so far and ``report.json`` (``"complete": false`` and
+the reason) are written, no leaderboard or choice, and :class:`~convrag.core.errors.EmptyResult` names the pool and
+the counts (exit 1).
 """
 
 from __future__ import annotations
@@ -212,7 +198,20 @@ def _llm_report(judge: Any) -> dict[str, Any] | None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """``convrag select``: read, search, write (module docstring), print the leaderboard and the choice."""
+    """``convrag select``: read, search, write, print the leaderboard and the choice. The output folder::
+
+        leaderboard.md / .csv / .json   the final pool's table (PR-AUC micro [CI], macro, P@K, R'@K, fact PR-AUC [CI],
+                                        fact R@K, cost); the headline that chose is marked
+        chosen.yaml                     the chosen configuration, its figures, pool signature, the measure that chose
+                                        (chunk- or fact-level, :mod:`convrag.seara.search`) and why it won
+        pr_curves.png / .csv            micro PR curves of the final pool
+        interaction.png                 mean PR-AUC by the factorial's first two varied dimensions (when there is one)
+        pools/NN-LABEL/                 each judged pool (the final one last): leaderboard, pr_curves, pseudo-qrels
+                                        (pseudo-qrels/ Parquet in the qrels layout, .json, .trec)
+        report.json                     ``complete``, settings, queries, judge cost (calls, cache hits, tokens, cost),
+                                        fact extraction per pool (counts, failed queries, LLM report) and in total,
+                                        components' LLM reports, chunk counts, failed judgments, racing rounds
+    """
     from convrag.core.progress import scope, wanted
     from convrag.llm import get_llm
     from convrag.llm.spec import PLACEHOLDER_MODEL, REAL_MODEL_HINT, SPEC_ENV, is_placeholder

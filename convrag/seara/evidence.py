@@ -1,25 +1,18 @@
 """An evidence oracle for ``convrag select --judge oracle:EVIDENCE.jsonl``: labelled evidence spans as judge and facts.
 
-Definitions:
-
-- *Evidence file*: JSON Lines (plain or gzip), one object per non-blank line,
-  ``{"query_id": str | int, "evidence": ["verbatim text span", ...]}``; an integer id becomes its string; other
-  fields are ignored. Every line needs a non-empty id, a non-empty list of spans, each a string with at least one
-  non-space character; a query id appears on one line only.
-- *Normalisation* (:func:`normalize_span`): every run of whitespace becomes one space, leading and trailing
-  whitespace is dropped, and the text is case-folded (``str.casefold``: "Straße" and "STRASSE" both read
-  "strasse"). Punctuation and Unicode forms are untouched.
-- *Contains* (:func:`locate_span`): a text contains a span when the normalised span occurs in the normalised text
-  and the occurrence starts and ends on whole source characters (a span never matches half of a character's
-  case-folded expansion). Its location is ``[start, end)`` in the original text, from the first source character
-  of the occurrence to the last; both are non-space characters.
-- *Grade* (:class:`EvidenceOracle`): 3 when a chunk's text contains at least one whole evidence span of its
-  query, else 0; a query without an evidence line gets no grade (score None, with an error).
-- *Facts* (:meth:`EvidenceOracle.facts`): each span of a query located in the first document (in corpus order)
-  whose text (never its title) contains it; the fact is that slice, id ``"<doc_id>:<start>-<end>"``. The same
-  slice reached from several queries is one fact listing them all; distinct slices stay distinct facts, even
-  when they overlap. A span contained in no document is *unfound*; a span contained in more than one document
-  counts in ``several_documents`` (the first is used).
+- *Evidence file*: JSON Lines (plain or gzip), one object per non-blank line, ``{"query_id": str | int, "evidence":
+  ["verbatim text span", ...]}`` (an integer id becomes its string; other fields ignored); each line needs a non-empty
+  id and a non-empty list of spans with a non-space character each; a query id appears on one line only.
+- *Normalisation* (:func:`normalize_span`): whitespace runs become one space, ends stripped, text case-folded
+  (``str.casefold``: "Straße" and "STRASSE" both read "strasse"); punctuation and Unicode forms untouched.
+- *Contains* (:func:`locate_span`): the normalised span occurs in the normalised text on whole source characters
+  (never half a character's case-folded expansion); located ``[start, end)`` from its first to its last source
+  character, both non-space.
+- *Grade* (:class:`EvidenceOracle`): 3 when a chunk's text contains a whole evidence span of its query, else 0; a
+  query without an evidence line gets no grade (score None, with an error).
+- *Facts* (:meth:`EvidenceOracle.facts`): each span located in the first document (corpus order) whose text, never
+  title, contains it: id ``"<doc_id>:<start>-<end>"``, one fact per slice (listing every query reaching it, overlapping
+  slices kept apart). A span in no document is *unfound*; one in several counts in ``several_documents``.
 """
 
 from __future__ import annotations

@@ -1,23 +1,17 @@
 """Fact-level scoring of one SEARA pool: every configuration scored on the same minimal facts, whatever its
 chunking (memo ``shared/reference/seara.md`` section 3; paper section 2.3).
 
-Definitions:
-
-* **facts of a pool** (F'_q): from an evidence oracle, its spans (:mod:`convrag.seara.evidence`); else the
-  verbatim quotes an LLM extracts from the chunks judged relevant (grade >= the level) in this pool
-  (:func:`convrag.seara.facts.extract_facts`, prompt ``seara_fact_extract``), mapped to document offsets and
-  merged across chunkings (:func:`convrag.seara.facts.dedupe_facts`). A query with a failed extraction (call
-  failed after retries, or no readable reply) is left out of the fact-level scores of the pool and listed; one
-  whose relevant chunks gave no accepted quote has no facts and is excluded like a query with R' = 0.
-* **a retrieved chunk states a fact** (:func:`chunk_facts`) when it holds the whole fact: same document and
-  its span contains every character of the fact's span, or the fact's normalised text
-  (:func:`convrag.seara.facts.normalize_text`) occurs in the chunk's normalised text. A fact cut in two by a
-  chunk boundary is not stated by either half (:data:`FACT_THETA` = 1.0): a chunking that splits evidence
-  pays for it, as it does under the validation's truth (evidence contained in a top-K chunk).
-* **fact-level PR-AUC** (``metrics/pr_auc`` config ``facts``, coverage by that mapping): micro step PR-AUC at
-  cut-offs 1..K with R(k) = facts of F'_q stated by some top-k chunk / |F'_q| (summed over queries) and
-  P(k) = top-k chunks that state a fact of F'_q / min(k, n) (summed over queries). Precision rests on the
-  facts, like recall, so a judge/extractor disagreement cannot split the two.
+* **facts of a pool** (F'_q): an evidence oracle's spans (:class:`OracleFacts`), else the verbatim quotes an LLM
+  extracts from the chunks judged relevant (grade >= the level) in this pool (:class:`LLMFacts`), mapped to document
+  offsets and merged across chunkings (:func:`convrag.seara.facts.dedupe_facts`). A query with a failed extraction
+  (call failed after retries, no readable reply) is left out of the pool's fact-level scores and listed; one whose
+  relevant chunks gave no accepted quote has no facts and is excluded like a query with R' = 0.
+* **a retrieved chunk states a fact** (:func:`chunk_facts`) when it holds the whole fact: same document and a span
+  containing every character of the fact's, or the fact's normalised text (:func:`convrag.seara.facts.normalize_text`)
+  occurs in the chunk's. A fact cut by a chunk boundary is stated by neither half (:data:`FACT_THETA` = 1.0).
+* **fact-level PR-AUC** (``metrics/pr_auc`` config ``facts``, coverage by that mapping): micro step PR-AUC at cut-offs
+  1..K, R(k) = facts of F'_q stated by some top-k chunk / |F'_q|, P(k) = top-k chunks stating a fact of F'_q /
+  min(k, n), both summed over queries: precision rests on the facts like recall.
 """
 
 from __future__ import annotations
@@ -121,9 +115,9 @@ FactSource = Callable[[Mapping[str, str], Mapping[str, Chunk], Mapping[str, Sequ
 
 
 class LLMFacts:
-    """Facts extracted by ``llm`` from the judged-relevant chunks (module docstring), ``concurrency`` calls at a
-    time (None: the LLM's own ``max_concurrency``), through the LLM cache (a rerun or a later pool with the same
-    pair makes no call)."""
+    """Facts extracted by ``llm`` from the judged-relevant chunks (:func:`convrag.seara.facts.extract_facts`, prompt
+    ``seara_fact_extract``), ``concurrency`` calls at a time (None: the LLM's own ``max_concurrency``), through the
+    LLM cache (a rerun or a later pool with the same pair makes no call)."""
 
     source = "llm"
 

@@ -1,31 +1,18 @@
 """SEARA minimal retrieval facts (memo ``seara.md`` section 3.2): extract, deduplicate, match, score.
 
-Definitions used throughout:
-
-- A *chunk* is a verbatim slice of a source document: ``document[start:start + len(text)] == text``; its span is
-  ``(doc_id, start, end)``, character offsets, end exclusive.
-- *Extraction* (:func:`extract_facts`): for each (query, judged-relevant chunk) an LLM (prompt
-  ``seara_fact_extract``, structured reply ``{"quotes": [...]}``, a bare JSON list read as that list) or any
-  callable returns quotes. A quote is kept only when it occurs verbatim in the chunk text after *whitespace
-  normalisation* (:func:`locate`: leading and trailing whitespace dropped, every run of whitespace read as one
-  space, on both sides; case, punctuation and Unicode forms untouched); its first occurrence is mapped to
-  document offsets. A quote not found is rejected and counted, and so is the last quote of a reply cut off at
-  ``max_tokens`` (it may end mid-quote); failed and unparseable replies are counted by reason and never give
-  facts.
-- *Dedupe* (:func:`dedupe_facts`): units sorted by (doc, start, end); a unit joins the existing fact of the
-  same document whose span it overlaps with the highest IoU (intersection / union of characters) when that IoU
-  is >= 0.5 (ties: the earlier fact), else it starts a new fact. A fact keeps the span of its first unit in
-  that order (earliest start, then shortest) and its id is ``"<doc_id>:<start>-<end>"``, so ids do not depend
-  on the chunking, the LLM order or the run. Facts in different documents are never merged.
-- *Matching* (:func:`match_chunks`), per retrieved chunk and fact, first rule that holds: ``"span"`` (same
-  document and the chunk span holds >= ``theta`` = 0.9 of the fact's characters, as the ``facts`` config of
-  ``metrics/pr_auc``), ``"string"`` (the fact text occurs in the chunk text under :func:`normalize_text`: NFKC,
-  casefold, punctuation dropped, whitespace collapsed), ``"entail"`` (optional judge, off by default).
-- *Scores* (:func:`fact_scores`): ``fact_recall`` = facts of F'_q matched by some retrieved chunk, or covered
-  >= theta by the union of retrieved spans (a fact split by a chunk boundary) / |F'_q|; ``chunk_precision`` =
-  retrieved chunks matching >= 1 fact of F'_q / retrieved chunks; ``char_precision`` = characters of the union
-  of retrieved spans inside some fact span of F'_q / characters of that union. Micro: numerators and
-  denominators summed over queries with facts.
+- A *chunk* (:class:`Chunk`) is a verbatim slice of a source document; its span is ``(doc_id, start, end)``,
+  character offsets, end exclusive.
+- *Extraction* (:func:`extract_facts`): for each (query, judged-relevant chunk) an LLM (prompt ``seara_fact_extract``,
+  structured reply ``{"quotes": [...]}``, a bare JSON list read as that list) or any callable returns quotes. A quote
+  is kept only when :func:`locate` finds it verbatim in the chunk text (whitespace normalised), its first occurrence
+  mapped to document offsets. Quotes not found, the last quote of a reply cut off at ``max_tokens`` (it may end
+  mid-quote), failed and unparseable replies are counted by reason and never give facts.
+- *Dedupe* (:func:`dedupe_facts`): same-document units merged by span overlap (IoU >= 0.5) into facts with ids
+  ``"<doc_id>:<start>-<end>"``, independent of the chunking, the LLM order and the run.
+- *Matching* (:func:`match_chunks`), per retrieved chunk and fact, the first rule that holds: ``"span"`` (same
+  document, the chunk span holds >= ``theta`` = 0.9 of the fact's characters, as the ``facts`` config of
+  ``metrics/pr_auc``), ``"string"`` (the fact text occurs in the chunk text, both under :func:`normalize_text`),
+  ``"entail"`` (an optional judge, off by default). *Scores*: :func:`fact_scores`, per query and micro.
 """
 
 from __future__ import annotations
@@ -150,7 +137,9 @@ def _ws_index(text: str) -> tuple[str, list[int]]:
 
 def locate(quote: str, text: str) -> tuple[int, int] | None:
     """``[start, end)`` in ``text`` of the first verbatim occurrence of ``quote`` under whitespace normalisation
-    (see the module docstring), or None. The span starts and ends on a non-space character of ``text``."""
+    (leading and trailing whitespace dropped, every run of whitespace read as one space, on both sides; case,
+    punctuation and Unicode forms untouched), or None. The span starts and ends on a non-space character of
+    ``text``."""
     needle = " ".join(quote.split())
     if not needle:
         return None
@@ -254,7 +243,11 @@ def _iou(a: tuple[int, int], b: tuple[int, int]) -> float:
 
 
 def dedupe_facts(units: Iterable[Unit], *, iou: float = DEFAULT_IOU) -> FactSet:
-    """One fact per cluster of same-document units overlapping with IoU >= ``iou`` (module docstring rule)."""
+    """One fact per cluster of same-document units. Units are sorted by (doc, start, end); a unit joins the existing
+    fact of its document whose span it overlaps with the highest IoU (intersection / union of characters) when that
+    IoU is >= ``iou`` (ties: the earlier fact), else it starts a new fact. A fact keeps the span of its first unit
+    in that order (earliest start, then shortest), id ``"<doc_id>:<start>-<end>"``, so ids do not depend on the
+    chunking, the LLM order or the run. Facts in different documents are never merged."""
     clusters: dict[str, list[tuple[Unit, list[Unit]]]] = {}
     for unit in sorted(units, key=lambda u: (u.doc_id, u.start, u.end, u.query_id, u.chunk_id)):
         group = clusters.setdefault(unit.doc_id, [])
@@ -338,8 +331,12 @@ def llm_entailment(llm: LLM, counts: Counter[str] | None = None) -> Entailer:
 
 def fact_scores(run: Mapping[str, Sequence[str]], chunks: Mapping[str, Chunk], factset: FactSet, *,
                 theta: float = DEFAULT_THETA, entail: Entailer | None = None) -> dict[str, Any]:
-    """``fact_recall``, ``chunk_precision`` and ``char_precision`` (module docstring) per query and micro, with
-    the matches and how many each rule decided. Queries without facts are listed in ``excluded``."""
+    """``fact_recall`` = facts of F'_q matched by some retrieved chunk, or covered >= ``theta`` by the union of
+    retrieved spans (a fact split by a chunk boundary) / |F'_q|; ``chunk_precision`` = retrieved chunks matching >= 1
+    fact of F'_q / retrieved chunks; ``char_precision`` = characters of the union of retrieved spans inside some
+    fact span of F'_q / characters of that union. Per query and micro (numerators and denominators summed over
+    queries with facts), with the matches and how many each rule decided. Queries without facts are listed in
+    ``excluded``."""
     per_query: dict[str, dict[str, Any]] = {}
     totals: Counter[str] = Counter()
     rules: Counter[str] = Counter()

@@ -1,31 +1,17 @@
 """Judging a SEARA pool into pseudo-qrels: each unique (query, chunk text) judged once, graded 0-3, cached.
 
-Definitions (the SEARA memo (``shared/reference/seara.md``) sections 4.4 and 6.3):
+Definitions (the SEARA memo, ``shared/reference/seara.md``, sections 4.4 and 6.3):
 
-* **grade**: UMBRELA-style 0-3 (0 unrelated, 1 related, 2 partial or buried answer, 3 answers); relevant at
-  grade >= 2 (:data:`convrag.judging.pooling.RELEVANT_CUTOFF`, ``trec_eval -l 2``). The judge is the audit's
-  :class:`~convrag.judging.pooling.LLMRelevanceJudge` with its prompt ``audit_relevance_graded`` (reused as is:
-  the query, an optional conversation summary and the chunk; structured ``{rationale, grade}`` where the backend
-  constrains decoding, else a "Rating: N" line read by :func:`~convrag.judging.pooling.parse_grade`). Any
-  :class:`~convrag.judging.pooling.RelevanceJudge` works, oracles included;
-* **judging key**: what the judge sees. For an LLM judge, the SHA-256 of its rendered messages: identical
-  (query, history, chunk text) reached through different chunk ids, chunkings or configurations are judged
-  once and the verdict is shared. A judge may define ``judging_key(item, doc)``; any other judge (oracles,
-  which read ids) is keyed by (query id, chunk id). The memo keys on hashes of query and chunk text plus judge
-  and params; hashing the rendered prompt is the same key, and the LLM layer's cache adds model and params;
-* **cost estimate** (printed by ``echo`` before any call; :func:`estimate_judging` is the dry run): unique keys,
-  those already in the judge's LLM cache, judgments to make (``calls``), prompt tokens (the real prompts,
-  characters / 4, structured-output instruction included), completion tokens bounded by ``max_tokens`` per
-  call, dollars from the LLM layer's price table (0 for local backends, None when unpriced), and a worst-case
-  bound where every structured reply needs all ``structured_attempts`` re-asks. ``max_calls`` (and
-  ``max_cost_usd``, against the worst case) refuse to start: :class:`JudgeBudgetError`, nothing called;
-* **failures**: a judgment that failed (the call failed after retries, or no grade could be read) has no grade;
-  it is counted by reason, listed per pair, left out of the pseudo-qrels and never turned into a grade. Score
-  with ``metrics/pr_auc`` ``unjudged="nonrelevant"`` only knowingly (it reads them as grade 0), or re-judge;
-* **calibration** (:func:`calibrate`, no extra calls): the judge's verdicts against existing labels on the
-  judged pairs that carry one, as :class:`convrag.judging.missed.Calibration` (sensitivity; with explicit
-  negatives or ``complete=True`` also specificity and Cohen's kappa at the cut-off). To calibrate on labelled
-  pairs outside the pool, judge them with :func:`judge_pairs` first.
+* **grade**: UMBRELA-style 0-3 (0 unrelated, 1 related, 2 partial or buried answer, 3 answers); relevant at grade >=
+  2 (:data:`convrag.judging.pooling.RELEVANT_CUTOFF`, ``trec_eval -l 2``). The judge: the audit's graded LLM judge,
+  reused as is (:func:`make_judge`), or any :class:`~convrag.judging.pooling.RelevanceJudge`, oracles included;
+* **judging key** (:func:`judging_key`): what the judge sees; pairs with one key share one verdict;
+* **cost estimate** (:class:`JudgeEstimate`; printed by ``echo`` before any call; :func:`estimate_judging`: the dry
+  run): ``max_calls`` and ``max_cost_usd`` (against the worst case) refuse to start, :class:`JudgeBudgetError`;
+* **failures**: a judgment that failed (call failed after retries, no readable grade) has no grade: it is counted by
+  reason, listed per pair, left out of the pseudo-qrels. Score with ``metrics/pr_auc`` ``unjudged="nonrelevant"``
+  only knowingly (it reads them as grade 0), or re-judge;
+* **calibration**: :func:`calibrate`, no extra calls (pairs outside the pool: :func:`judge_pairs` them first).
 """
 
 from __future__ import annotations
@@ -79,7 +65,10 @@ def as_doc(chunk_id: str, chunk: Chunk) -> AuditDoc:
 
 
 def make_judge(judge: RelevanceJudge | LLM) -> RelevanceJudge:
-    """An LLM becomes the graded judge with the audit prompt; a judge is returned as is."""
+    """An LLM becomes the graded judge with the audit prompt; a judge is returned as is. The LLM judge is the
+    audit's :class:`~convrag.judging.pooling.LLMRelevanceJudge` with its prompt ``audit_relevance_graded`` (the
+    query, an optional conversation summary and the chunk; structured ``{rationale, grade}`` where the backend
+    constrains decoding, else a "Rating: N" line read by :func:`~convrag.judging.pooling.parse_grade`)."""
     return LLMRelevanceJudge(judge) if isinstance(judge, LLM) else judge
 
 
@@ -88,7 +77,12 @@ def _sha(obj: Any) -> str:
 
 
 def judging_key(judge: RelevanceJudge, item: AuditItem, doc: AuditDoc) -> str:
-    """The dedupe key of one (query, chunk) for ``judge`` (module docstring)."""
+    """The dedupe key of one (query, chunk) for ``judge``: what the judge sees. For an LLM judge, the SHA-256 of its
+    rendered messages: identical (query, history, chunk text) reached through different chunk ids, chunkings or
+    configurations are judged once and share the verdict. A judge may define ``judging_key(item, doc)``; any other
+    judge (oracles, which read ids) is keyed by (query id, chunk id). The memo keys on hashes of query and chunk
+    text plus judge and params; hashing the rendered prompt is the same key, and the LLM layer's cache adds model
+    and params."""
     custom = getattr(judge, "judging_key", None)
     if callable(custom):
         return str(custom(item, doc))
@@ -107,7 +101,11 @@ def judge_identity(judge: RelevanceJudge) -> dict[str, Any]:
 
 @dataclass
 class JudgeEstimate:
-    """The cost of judging, known before any call (module docstring); ``cost_usd`` None = unpriced model."""
+    """The cost of judging, known before any call: unique keys, those already in the judge's LLM cache, judgments
+    to make (``calls``), prompt tokens (the real prompts, characters / 4, structured-output instruction included),
+    completion tokens bounded by ``max_tokens`` per call, dollars from the LLM layer's price table (0 for local
+    backends; ``cost_usd`` None = unpriced model), and a worst-case bound where every structured reply needs all
+    ``structured_attempts`` re-asks."""
 
     pairs: int
     unique: int
@@ -285,7 +283,7 @@ def judge_pairs(pairs: Sequence[tuple[str, str]], queries: Mapping[str, Query], 
                 judge: RelevanceJudge | LLM, *, max_calls: int | None = None, max_cost_usd: float | None = None,
                 concurrency: int | None = None, echo: Callable[[str], None] | None = print,
                 pool: Pool | None = None, cutoff: int = RELEVANT_CUTOFF) -> PseudoQrels:
-    """Judge (query id, chunk id) pairs, each unique judging key once (module docstring).
+    """Judge (query id, chunk id) pairs, each unique judging key (:func:`judging_key`) once.
 
     ``queries``: ``{query_id: text or AuditItem}``; ``chunks``: see :data:`Chunks`; ``judge``: a relevance judge
     or an LLM (graded with the audit prompt). The estimate goes to ``echo`` before any call; ``max_calls`` /

@@ -1,23 +1,18 @@
-"""SEARA's pool: per query, the union of every compared configuration's top-K, and the pool signature.
+"""SEARA's pool (memo ``shared/reference/seara.md`` sections 2.1, 6.3): the union of top-K lists, and its signature.
 
-Definitions (the SEARA memo (``shared/reference/seara.md``) section 2.1 and 6.3):
+* a configuration's list for query q is its ranking cut at depth ``K`` (rankings come from retrievers, which never
+  repeat an id: duplicates are an error upstream);
+* the pool ``P_q`` is the union of those lists, ordered as :func:`convrag.judging.pooling.pool_runs` builds it: best
+  rank any configuration gave, then the number of configurations that retrieved the chunk (more first), then chunk
+  id; each pooled chunk keeps its 1-based rank in every configuration that retrieved it;
+* the **pool signature** is ``pool-`` + the first 16 hex digits of the SHA-256 of the canonical JSON of (sorted query
+  ids, each query's sorted pooled chunk ids, ``K``, sorted configuration names): independent of the order of queries,
+  configurations or rankings, changed by any change of them (adding a configuration moves recall denominators, so
+  every score must be recomputed).
 
-* a configuration's list for query q is its ranking cut at depth ``K`` (duplicates are an error upstream:
-  rankings come from retrievers, which never repeat an id);
-* the pool ``P_q`` is the union of those lists. Its order is deterministic and the one of
-  :func:`convrag.judging.pooling.pool_runs`, which builds it: best rank any configuration gave, then the number of
-  configurations that retrieved the chunk (more first), then chunk id. Each pooled chunk keeps its 1-based rank
-  in every configuration that retrieved it;
-* the **pool signature** is ``pool-`` + the first 16 hex digits of the SHA-256 of the canonical JSON of (sorted
-  query ids, each query's sorted pooled chunk ids, ``K``, sorted configuration names). It does not depend on
-  the order of queries, configurations or rankings, and changes when any of them changes: adding a
-  configuration changes the pool (recall denominators move), so every score must be recomputed.
-
-Scores are pool-relative (recall is over the pooled relevant chunks only), so :func:`same_pool` refuses to put
-scores with different (or missing) signatures in one table. Departure from the memo (section 6.3): its pool
-signature also hashes the judge; here the pool signature is the judge-free hash the issue specifies, and the
-judged qrels carry ``<pool signature>/judge-<hash>`` (:attr:`convrag.seara.judge.PseudoQrels.signature`), which is
-the string to pass to ``metrics/pr_auc`` so that two judges of one pool are not mixed either.
+Scores are pool-relative: :func:`same_pool` refuses different (or missing) signatures in one table. The signature
+leaves out the judge (the memo's hashes it): pass ``metrics/pr_auc`` the judged qrels' ``<pool signature>/judge-<hash>``
+(:attr:`convrag.seara.judge.PseudoQrels.signature`) so that two judges of one pool are not mixed either.
 """
 
 from __future__ import annotations

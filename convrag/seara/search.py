@@ -1,36 +1,15 @@
 """SEARA search over a strategy space: ``grid``, ``staged`` and ``racing`` (memo ``seara.md`` section 6.4).
 
-Every comparison is made inside one pool: the configurations compared are run, their top-K lists pooled
-(:func:`convrag.seara.pool.build_pool`), each unique (query, chunk text) judged once through the cached LLM layer
-(:func:`convrag.seara.judge.judge_pool`), and every configuration scored with ``metrics/pr_auc`` against those
-pseudo-qrels (micro step PR-AUC at K). A query with a failed judgment is left out of every score of that pool
-and listed (a failed call never becomes a grade). With a fact source (an LLM extractor or an evidence oracle,
-:mod:`convrag.seara.fact_level`), every configuration is also scored on the pool's minimal facts, with its own
-paired bootstrap; a query with a failed extraction is left out of the fact-level scores and listed.
-
-Facts are made in the pools whose configurations differ in chunking (the space's ``judge.facts: auto``), in
-every pool (``always``: the fact column everywhere, at the cost of the extraction calls) or never (``never``).
-The **headline** that chooses (``PoolResult.measure``): fact-level when the pool's configurations do not all
-share one chunking (chunk-level counts then reward finer chunkings for cutting the same evidence into more
-"relevant" units: SEARA section 2.3), chunk-level when they do (same units, so chunk-level is exact and needs no
-extraction to be trusted); the other measure stays as a column. The pick: the best point estimate of the
-headline, unless a cheaper configuration's paired-bootstrap CI of the difference includes 0 (cheaper wins, as the
-paper chose its LLM reranker for cost; :func:`convrag.seara.stats.pick`).
-
-* ``grid``: every configuration of the space in one pool.
-* ``staged`` (paper Table 2): each stage varies some dimensions over the running best and is judged in its own
-  pool; its winner sets those dimensions for later stages. Stage scores are not comparable across pools, so the
-  winners and runners-up of all stages, the baseline and ``baselines`` are re-scored in one final common pool,
-  which chooses.
-* ``racing``: successive halving over queries: all configurations on a seeded ``start`` share of the queries,
-  then configurations whose CI upper bound is below the leader's lower bound are dropped and the query set grows
-  by ``factor``, until all queries are used; the last round (all queries, the survivors) chooses. Nothing is
-  dropped in a round with fewer than ``min_scored`` scored queries (a bootstrap over a handful of queries has
-  near-zero-width intervals) or with none at all (that round is skipped).
-
-Main effects and the interaction plot come from the last pool whose configurations form a full factorial of
-two or more varied dimensions over all queries (:attr:`SearchResult.factorial`): the final pool when it is one,
-else the latest stage that is; racing rounds on part of the queries never count.
+Every comparison is made inside one pool (:meth:`Searcher.evaluate`): the configurations compared are run, pooled,
+judged once per unique (query, chunk text) and scored against those pseudo-qrels (micro step PR-AUC at K); with a
+fact source (:mod:`convrag.seara.fact_level`), also on the pool's minimal facts, made as the space's ``judge.facts``
+says: ``auto`` in the pools whose configurations differ in chunking, ``always`` in every pool, ``never``. The
+**headline** that chooses (``PoolResult.measure``) is fact-level when the pool's configurations do not all share one
+chunking (chunk-level counts would reward finer chunkings for cutting the same evidence into more "relevant" units:
+SEARA section 2.3), else chunk-level (same units: exact, no extraction needed); the other measure stays a column.
+The pick: the headline's best point estimate, unless a cheaper configuration's paired-bootstrap CI of the difference
+includes 0 (cheaper wins, as the paper chose its LLM reranker for cost; :func:`convrag.seara.stats.pick`).
+Strategies: :meth:`Searcher.run`; main effects and the interaction plot: :attr:`SearchResult.factorial`.
 """
 
 from __future__ import annotations
@@ -142,7 +121,9 @@ class SearchResult:
 
     @property
     def factorial(self) -> PoolResult | None:
-        """The pool whose full factorial gives the interaction plot (module docstring), or None."""
+        """The pool for main effects and the interaction plot: the last pool whose configurations form a full
+        factorial of two or more varied dimensions over all queries (the final pool when it is one, else the latest
+        stage that is; racing rounds on part of the queries never count), or None."""
         return next((p for p in reversed(self.pools) if p.effects is not None
                      and len(p.query_ids) == len(self.final.query_ids)), None)  # fmt: skip
 
@@ -177,7 +158,11 @@ class Searcher:
 
     # ----------------------------------------------------------------------------------------- one pool
     def evaluate(self, label: str, configs: Sequence[Configuration], qids: Sequence[str]) -> PoolResult:
-        """Run, pool, judge and score ``configs`` on ``qids`` (module docstring)."""
+        """Run, pool, judge and score ``configs`` on ``qids``: their top-K lists pooled
+        (:func:`convrag.seara.pool.build_pool`), each unique (query, chunk text) judged once through the cached LLM
+        layer (:func:`convrag.seara.judge.judge_pool`), every configuration scored with ``metrics/pr_auc`` against
+        those pseudo-qrels. A query with a failed judgment is left out of every score of the pool and listed (a
+        failed call never becomes a grade)."""
         configs = list(dict.fromkeys(configs))
         k, level = self.space.depth, int(self.space.judge["level"])
         self._say(f"[{label}] {len(configs)} configurations x {len(qids)} queries, depth {k}")
@@ -233,7 +218,8 @@ class Searcher:
 
     def _fact_level(self, result: PoolResult, runs: Mapping[str, Mapping[str, list[str]]],
                     scored: Sequence[str]) -> None:
-        """Facts of the pool and the fact-level scores and bootstrap of every configuration (module docstring)."""
+        """Facts of the pool and the fact-level scores of every configuration, each with its own paired bootstrap;
+        a query with a failed extraction is left out of the fact-level scores and listed."""
         assert self.facts is not None
         k, label = self.space.depth, result.label
         relevant = {q: result.pseudo.relevant(q) for q in scored}
@@ -259,7 +245,18 @@ class Searcher:
 
     # ----------------------------------------------------------------------------------------- strategies
     def run(self, query_ids: Sequence[str] | None = None) -> SearchResult:
-        """The search the space asks for (``search.strategy``)."""
+        """The search the space asks for (``search.strategy``):
+
+        * ``grid``: every configuration of the space in one pool.
+        * ``staged`` (paper Table 2): each stage varies some dimensions over the running best and is judged in its
+          own pool; its winner sets those dimensions for later stages. Stage scores are not comparable across pools,
+          so the winners and runners-up of all stages, the baseline and ``baselines`` are re-scored in one final
+          common pool, which chooses.
+        * ``racing``: successive halving over queries: all configurations on a seeded ``start`` share of the
+          queries, then those whose CI upper bound is below the leader's lower bound are dropped and the query set
+          grows by ``factor``, until all queries are used; the last round (all queries, the survivors) chooses.
+          Nothing is dropped in a round with fewer than ``min_scored`` scored queries (a bootstrap over a handful of
+          queries has near-zero-width intervals) or with none at all (that round is skipped)."""
         qids = list(query_ids or self.runner.queries)
         return {"grid": self.grid, "staged": self.staged, "racing": self.racing}[self.space.strategy](qids)
 

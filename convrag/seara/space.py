@@ -1,41 +1,12 @@
 """SEARA's strategy space: the YAML file that declares what ``convrag select`` compares, and its expansion.
 
-A configuration picks one named option in each of five dimensions, applied in this order::
-
-    chunking -> filter -> retrieval -> rewriter -> reranker
-
-Schema (every key but ``dimensions`` optional; an absent dimension has the single option ``none``, for chunking
-``original``: one chunk per document)::
-
-    depth: 10                 # K: each configuration's list depth, and the pool depth
-    seed: 0
-    queries: {strategy: baseline}          # how a multi-turn query becomes text (convrag.retrievers.strategies)
-    judge: {model: default, level: 2, max_judgments: 20000, max_cost_usd: null, concurrency: 4, facts: auto}
-                              # model: an LLM spec or oracle:EVIDENCE.jsonl; facts: auto (minimal facts in pools
-                              # whose configurations differ in chunking, where they choose), always, never
-    dimensions:
-      chunking:  {original: {strategy: original}, r512: {strategy: recursive, chunk_size: 512}}
-      filter:    {none: {}, long: {min_chars: 200}}
-      retrieval: {bm25: {retriever: bm25}, dense: {retriever: dense}, hybrid: {retriever: rrf}}
-      rewriter:  {none: {}, llm: {kind: llm, n_queries: 4, depth_each: 10}}
-      reranker:  {none: {}, llm: {kind: llm, window: 20, stride: 10}, ce: {kind: cross-encoder, path: DIR}}
-    baseline: {retrieval: bm25}            # the starting point of staged search (default: first options)
-    exclude: [{retrieval: bm25, reranker: ce}]   # configurations matching every pair are never built
-    search:
-      strategy: staged                     # grid | staged | racing
-      stages:                              # staged only; values may be "best@STAGE"
-        - {name: chunking, vary: [chunking]}
-        - {name: retrieval, vary: [retrieval]}
-        - {name: combine, vary: {rewriter: [none, llm], reranker: [none, best@rerank]}}
-      keep_per_stage: 2                    # winner and runner-up of each stage go to the final pool
-      baselines: [{retrieval: bm25}]        # always in the final pool
-      bootstrap: 1000
-      alpha: 0.05
-      racing: {start: 0.25, factor: 2, min_scored: 10}   # no drop while fewer queries are scored
+A configuration (:class:`Configuration`) picks one named option in each of the five :data:`DIMENSIONS`, applied in
+the order chunking -> filter -> retrieval -> rewriter -> reranker; an absent dimension has the single option ``none``
+(for chunking ``original``: one chunk per document). The file's schema: :func:`parse_space`.
 
 Cost (the cheaper-wins tie-break): an option's ``cost`` key, else its position in its dimension's listing (the
-first listed costs 0); a configuration's cost is the sum over its dimensions. Every error names the file and
-the key path, and is one line.
+first listed costs 0); a configuration's cost is the sum over its dimensions. Every error is one line
+(:class:`SpaceError`) naming the file and the key path.
 """
 
 from __future__ import annotations
@@ -121,7 +92,7 @@ class Stage:
 
 @dataclass
 class Space:
-    """A parsed strategy space (module docstring)."""
+    """A parsed strategy space (schema: :func:`parse_space`)."""
 
     source: str
     depth: int
@@ -312,7 +283,35 @@ def _stages(raw: Any, source: str, options: dict[str, dict[str, Option]]) -> lis
 
 
 def parse_space(data: Any, source: str = "space") -> Space:
-    """Check and expand a strategy-space mapping (module docstring); ``source`` names it in errors."""
+    """Check and expand a strategy-space mapping; ``source`` names it in errors. Schema (every key but
+    ``dimensions`` optional)::
+
+        depth: 10                 # K: each configuration's list depth, and the pool depth
+        seed: 0
+        queries: {strategy: baseline}          # how a multi-turn query becomes text (convrag.retrievers.strategies)
+        judge: {model: default, level: 2, max_judgments: 20000, max_cost_usd: null, concurrency: 4, facts: auto}
+                                  # model: an LLM spec or oracle:EVIDENCE.jsonl; facts: auto (minimal facts in pools
+                                  # whose configurations differ in chunking, where they choose), always, never
+        dimensions:
+          chunking:  {original: {strategy: original}, r512: {strategy: recursive, chunk_size: 512}}
+          filter:    {none: {}, long: {min_chars: 200}}
+          retrieval: {bm25: {retriever: bm25}, dense: {retriever: dense}, hybrid: {retriever: rrf}}
+          rewriter:  {none: {}, llm: {kind: llm, n_queries: 4, depth_each: 10}}
+          reranker:  {none: {}, llm: {kind: llm, window: 20, stride: 10}, ce: {kind: cross-encoder, path: DIR}}
+        baseline: {retrieval: bm25}            # the starting point of staged search (default: first options)
+        exclude: [{retrieval: bm25, reranker: ce}]   # configurations matching every pair are never built
+        search:
+          strategy: staged                     # grid | staged | racing
+          stages:                              # staged only; values may be "best@STAGE"
+            - {name: chunking, vary: [chunking]}
+            - {name: retrieval, vary: [retrieval]}
+            - {name: combine, vary: {rewriter: [none, llm], reranker: [none, best@rerank]}}
+          keep_per_stage: 2                    # winner and runner-up of each stage go to the final pool
+          baselines: [{retrieval: bm25}]        # always in the final pool
+          bootstrap: 1000
+          alpha: 0.05
+          racing: {start: 0.25, factor: 2, min_scored: 10}   # no drop while fewer queries are scored
+    """
     data = _mapping(data, "the top level", source)
     _unknown(data, TOP_KEYS, "the top level", source)
     dims = _mapping(data.get("dimensions"), "dimensions", source)

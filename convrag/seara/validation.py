@@ -1,37 +1,18 @@
 """SEARA offline validation where the truth is known (memo ``shared/reference/seara.md`` section 6.7).
 
-A *truth set* has complete labels: every relevant item of every query is known.
+A *truth set* (:class:`TruthSet`) has complete labels, every relevant item of every query known: ``hotpotqa``
+(:func:`load_hotpotqa`: StratRAG pools from HotpotQA, each question searched within its pool) or ``mtrag``
+(:func:`load_mtrag`: the passages MTRAG conversations cite). Metrics of a configuration's run cut at ``k``
+(``metrics/pr_auc`` ``score_chunks``, micro step PR-AUC; otherwise the metric's defaults: a query with no (pooled)
+relevant item is excluded, its retrieved items left out of the micro precision):
 
-* ``hotpotqa`` (:func:`load_hotpotqa`): StratRAG pools built from HotpotQA distractor records by the StratRAG
-  rules (:mod:`convrag.builders.stratrag_rules`, ``fill="borrow"``: 15 paragraphs per question, the 2 gold ones
-  and distractors, topped up with other questions' distractors). Retrieval of a question is restricted to its
-  pool; labels are complete within it (gold relevant, the rest not). Gold minimal facts: the ``supporting_facts``
-  sentences, whitespace-stripped, as character spans of the paragraph text (``title + " " + sentences``).
-* ``mtrag`` (:func:`load_mtrag`): the 2,021 passages cited in MTRAG conversations (all four domains in one
-  corpus; retrieval over all of it), queries = the released ``rewrite`` view (the standalone rewrite of the last
-  turn), restricted to the tasks with qrels; labels = the released qrels (score > 0 relevant).
-
-Metrics, for a configuration's run cut at ``k`` (``metrics/pr_auc`` ``score_chunks``, micro step PR-AUC):
-
-* **true**: against the complete labels (recall denominator = every true relevant item, R_q);
-* **pseudo**: against the judged pool of ``n`` pooled configurations (R'_q = pooled items the judge calls
-  relevant); a ranked item outside the pool reads as non-relevant (``unjudged="nonrelevant"``).
-
-Both use the metric's defaults otherwise: a query with no (pooled) relevant item is excluded, its retrieved items
-left out of the micro precision (``include_unanswerable_in_precision=False``). With an oracle judge and every
-configuration pooled, every configuration's pseudo value = true value x sum_q R_q / sum_{q: R'_q > 0} R'_q x
-n_all / n_scored, a constant factor, so Kendall tau-b = 1 and regret = 0 hold exactly: the oracle grades every
-ranked item as the truth does (all of them are pooled), so hits at every cut-off are identical; recall differs
-only by its denominator; and a query excluded from the pseudo metric (R'_q = 0: no configuration found any of
-its relevant items) has no hit in any configuration, so leaving it out shrinks the precision denominator of
-configuration c at cut-off k by (excluded queries) x min(k, n_c), the same share n_scored / n_all for every
-cut-off. That last step needs each configuration to return the same number n_c of items for every query, which
-holds for these families (top-K over the whole corpus, or over 15-paragraph pools). With
-``include_unanswerable_in_precision=True`` the factor is sum R_q / sum R'_q without that condition.
-
-Judgments are deterministic per (query, item), so a sub-pool's pseudo-qrels are the full pool's judgments
-restricted to the sub-pool's pairs: each judge judges the pool of all configurations once
-(:func:`convrag.seara.judge.judge_pool`) and every smaller pool reuses those verdicts.
+* **true**: against the complete labels (recall denominator R_q = every true relevant item);
+* **pseudo**: against the judged pool of ``n`` pooled configurations (R'_q = pooled items the judge calls relevant);
+  a ranked item outside the pool reads as non-relevant (``unjudged="nonrelevant"``).
+With an oracle judge and every configuration pooled, pseudo = true x sum_q R_q / sum_{q: R'_q > 0} R'_q x n_all /
+n_scored, one constant (each configuration returning equally many items for every query, as these families do), so
+tau-b = 1 and regret = 0 exactly. Verdicts being deterministic per (query, item), each judge judges the pool of all
+configurations once (:func:`convrag.seara.judge.judge_pool`); every smaller pool reuses them, restricted to its pairs.
 """
 
 from __future__ import annotations
@@ -98,8 +79,13 @@ class TruthSet:
 
 def load_hotpotqa(path: str | Path, *, pool_size: int = rules.POOL_SIZE, seed: int = 42) -> TruthSet:
     """The ``hotpotqa`` truth set from a HotpotQA file, or a folder of them (its ``*train*.json`` files, then its
-    ``*dev*.json`` files, rows numbered on across files as StratRAG does); doc ids as StratRAG's
-    (``doc_<row>_<paragraph>``), query ids the HotpotQA ``_id``; records the StratRAG rules exclude are skipped."""
+    ``*dev*.json`` files, rows numbered on across files as StratRAG does): StratRAG pools built from the distractor
+    records by the StratRAG rules (:mod:`convrag.builders.stratrag_rules`, ``fill="borrow"``: ``pool_size`` = 15
+    paragraphs per question, the 2 gold ones and distractors, topped up with other questions' distractors). A
+    question is searched within its pool, where labels are complete (gold relevant, the rest not). Gold minimal
+    facts: the ``supporting_facts`` sentences, whitespace-stripped, as character spans of the paragraph text
+    (``title + " " + sentences``). Doc ids as StratRAG's (``doc_<row>_<paragraph>``), query ids the HotpotQA
+    ``_id``; records the StratRAG rules exclude are skipped."""
     path = Path(path)
     files = sorted(path.glob("*train*.json")) + sorted(path.glob("*dev*.json")) if path.is_dir() else [path]
     if not files or not files[0].is_file():
@@ -137,7 +123,10 @@ def load_hotpotqa(path: str | Path, *, pool_size: int = rules.POOL_SIZE, seed: i
 
 
 def load_mtrag(folder: str | Path, view: str = "rewrite") -> TruthSet:
-    """The ``mtrag`` truth set from an MTRAG checkout (module docstring); doc ids ``<domain>:<passage id>``."""
+    """The ``mtrag`` truth set from an MTRAG checkout: the passages cited in MTRAG conversations, all four domains
+    in one corpus (retrieval over all of it); queries = the released ``view`` (``rewrite``: the standalone rewrite
+    of the last turn), restricted to the tasks with qrels; labels = the released qrels (score > 0 relevant); doc
+    ids ``<domain>:<passage id>``."""
     if not Path(folder).is_dir():
         raise ValidationError(f"MTRAG folder not found: {folder}")
     data = MTRAG.parse(locate(str(folder), MTRAG.layout()))

@@ -1,46 +1,18 @@
-"""SEARA validation across chunkings: do ``convrag select``'s chunk-level and fact-level rankings order
-configurations that differ in chunking as their true evidence recall does? (issue 30 item 3)
+"""SEARA validation across chunkings: do ``select``'s chunk- and fact-level rankings order them as true recall does?
 
-*Evidence sets* (:class:`EvidenceSet`): documents ``(doc_id, title, text)``, queries and, per query, its gold
-evidence spans (verbatim text; within a query, spans equal under
-:func:`~convrag.seara.evidence.normalize_span` are kept once).
-
-* ``hotpotqa`` (:func:`load_hotpotqa_evidence`): every record of the HotpotQA files of a folder (``*dev*.json``
-  files first, then ``*train*.json``, so the dev questions come first); one document per unique context
-  paragraph title of the kept records (first seen wins; id ``hp<nnnn>`` in order of first appearance; text =
-  ``"".join(sentences)``, title separate); queries = the questions; evidence = the ``supporting_facts``
-  sentences, whitespace-stripped (a supporting fact naming no sentence is counted and skipped).
-* ``mtrag`` (:func:`load_mtrag_evidence`): corpus (ids, passages) and queries (``rewrite`` view, tasks with
-  qrels) of :func:`convrag.seara.validation.load_mtrag`, with each passage's title kept apart from its text.
-  Evidence is *derived*: per task and relevant passage, the passage sentence
-  (:func:`convrag.seara.chunking.sentence_spans` of the passage text) sharing the most distinct tokens
-  (``\\w+`` runs, case-folded) with the task's reference answer (``targets``: the agent reply of that turn);
-  ties go to the earlier sentence. Skipped and counted: tasks without a reference answer, passages without text,
-  passages where no sentence shares a token with the answer, and queries left with no span (dropped).
-
-*Configurations*: chunkings :data:`CHUNKINGS` x retrievals :data:`RETRIEVALS` (``dense`` optional), built as a
-strategy space (:func:`convrag.seara.space.parse_space`) and run with :class:`convrag.seara.runner.Runner`, so the
-runs are exactly ``select``'s; name ``<chunking>/<retrieval>``; each list is the top ``K`` chunks.
-
-*Truth* (:func:`evidence_recall`): evidence recall@K = evidence spans (summed over queries) contained, under
-``normalize_span``, in at least one of the configuration's top-K chunks / all evidence spans.
-
-*Judges*: ``oracle`` = :class:`~convrag.seara.evidence.EvidenceOracle` (grade 3 when a chunk contains a whole
-evidence span, else 0; its facts = the spans located in the documents). ``noisy-<r>`` for r in
-:data:`NOISE_RATES`, per seed s: each oracle grade of the pool flipped 3 <-> 0 with probability r, drawn from
-``random.Random`` keyed by (s, query, chunk id) as :class:`convrag.judging.pooling.NoisyOracleJudge`; its facts
-(:func:`noisy_evidence`): each evidence span dropped with probability r (keyed by (s, query, span)), and each
-*candidate* sentence added with probability r * |E_q| / |C_q| (keyed by (s, query, document, offset)), where the
-candidates C_q are the sentences (``sentence_spans``) of the documents of the query's pooled chunks that contain
-no evidence span of the query; the resulting spans are located as the oracle's. A query left without spans has
-no facts (excluded from the fact-level score, as R' = 0).
-
-*Rankings* (one value per configuration, ordered and compared with the truth by
-:func:`convrag.seara.validation.compare`: Kendall tau-b, top-1 agreement, regret = true best - true value of the
-chosen configuration): ``chunk`` = micro step PR-AUC@K (``score_chunks``, unjudged = non-relevant) against the
-judged pool of all configurations (union of their top-K lists, as ``select`` pools); ``fact`` =
-:func:`convrag.seara.fact_level.score_runs` ``pr_auc`` over the judge's facts. The oracle is judged once, every
-noisy judge over seeds 0..seeds-1.
+* *Evidence sets* (:class:`EvidenceSet`, :func:`load_hotpotqa_evidence`, :func:`load_mtrag_evidence`): documents
+  ``(doc_id, title, text)``, queries, and per query its gold evidence spans (verbatim, kept once under
+  :func:`~convrag.seara.evidence.normalize_span`).
+* *Configurations* (:func:`make_runs`): :data:`CHUNKINGS` x :data:`RETRIEVALS` (``dense`` optional), named
+  ``<chunking>/<retrieval>``, run exactly as ``select`` runs them, top ``K`` chunks each; *truth*: their evidence
+  recall@K (:func:`evidence_recall`).
+* *Judges*: ``oracle`` = :class:`~convrag.seara.evidence.EvidenceOracle` (grade 3 when a chunk contains a whole
+  evidence span, else 0; facts = the spans located in the documents), judged once; ``noisy-<r>``, r in
+  :data:`NOISE_RATES`, seeds 0..seeds-1: grades flipped (:func:`flip`), facts perturbed (:func:`noisy_evidence`).
+* *Rankings*, compared with the truth by :func:`convrag.seara.validation.compare` (Kendall tau-b, top-1 agreement,
+  regret = true best - true value of the chosen): ``chunk`` = micro step PR-AUC@K (``score_chunks``, unjudged =
+  non-relevant) against the judged pool of all configurations (union of their top-K lists, as ``select`` pools);
+  ``fact`` = :func:`convrag.seara.fact_level.score_runs` ``pr_auc`` over the judge's facts.
 """
 
 from __future__ import annotations
@@ -109,7 +81,12 @@ def _unique(spans: Sequence[str]) -> list[str]:
 
 
 def load_hotpotqa_evidence(folder: str | Path, max_queries: int | None = None) -> EvidenceSet:
-    """The ``hotpotqa`` evidence set (module docstring) of the first ``max_queries`` records (None = all)."""
+    """The ``hotpotqa`` evidence set of the first ``max_queries`` records (None = all): every record of the HotpotQA
+    files of ``folder`` (``*dev*.json`` files first, then ``*train*.json``, so the dev questions come first); one
+    document per unique context paragraph title of the kept records (first seen wins; id ``hp<nnnn>`` in order of
+    first appearance; text = ``"".join(sentences)``, title separate); queries = the questions; evidence = the
+    ``supporting_facts`` sentences, whitespace-stripped (a supporting fact naming no sentence is counted and
+    skipped)."""
     folder = Path(folder)
     files = sorted(folder.glob("*dev*.json")) + sorted(folder.glob("*train*.json"))
     if not files:
@@ -154,7 +131,13 @@ def best_sentence(passage: str, answer: str) -> str | None:
 
 
 def load_mtrag_evidence(folder: str | Path, max_queries: int | None = None) -> EvidenceSet:
-    """The ``mtrag`` evidence set (module docstring) of the first ``max_queries`` queries (None = all)."""
+    """The ``mtrag`` evidence set of the first ``max_queries`` queries (None = all): corpus (ids, passages) and
+    queries (``rewrite`` view, tasks with qrels) of :func:`convrag.seara.validation.load_mtrag`, each passage's title
+    kept apart from its text. Evidence is *derived*: per task and relevant passage, :func:`best_sentence` of the
+    passage text (sentences as :func:`convrag.seara.chunking.sentence_spans` cuts them, tokens as :func:`tokens`)
+    against the task's reference answer (``targets``: the agent reply of that turn). Skipped and counted: tasks
+    without a reference answer, passages without text, passages where no sentence shares a token with the answer,
+    and queries left with no span (dropped)."""
     truth = load_mtrag(folder).head(max_queries)
     data = MTRAG.parse(locate(str(folder), MTRAG.layout()))
     rows = {f"{d}:{pid}": row for d, passages in data.cited.items() for pid, row in passages.items()}
@@ -224,7 +207,8 @@ def make_runs(evset: EvidenceSet, k: int, *, dense: bool = True, progress: Progr
 # --- truth and judges ----------------------------------------------------------------------------------------------
 def evidence_recall(runs: Mapping[str, Run], chunks: Mapping[str, Chunk], evidence: Mapping[str, Sequence[str]],
                     k: int) -> dict[str, float]:
-    """Evidence recall@``k`` of every run (module docstring); 0.0 when there is no span."""
+    """Evidence recall@``k`` of every run: evidence spans (summed over queries) contained, under ``normalize_span``,
+    in at least one of the run's top-``k`` chunks / all evidence spans; 0.0 when there is no span."""
     norm: dict[str, str] = {}
     total = sum(len(v) for v in evidence.values())
     out = {}
@@ -250,7 +234,8 @@ def oracle_qrels(evset: EvidenceSet, runs: Mapping[str, Run], chunks: Mapping[st
 
 
 def flip(qrels: Mapping[str, Mapping[str, int]], rate: float, seed: int) -> dict[str, dict[str, int]]:
-    """``qrels`` with each grade flipped 3 <-> 0 with probability ``rate`` (keyed by (seed, query, chunk))."""
+    """``qrels`` with each grade flipped 3 <-> 0 with probability ``rate``, drawn from ``random.Random`` keyed by
+    (seed, query, chunk), as :class:`convrag.judging.pooling.NoisyOracleJudge` does."""
     return {q: {c: (0 if g >= 2 else 3) if random.Random(f"noisy-oracle:{seed}:{q}:{c}").random() < rate else g
                 for c, g in row.items()} for q, row in qrels.items()}
 
@@ -263,8 +248,12 @@ def _sentences(text: str) -> tuple[tuple[int, str, str], ...]:
 
 def noisy_evidence(evset: EvidenceSet, pooled: Mapping[str, Sequence[str]], doc_of: Mapping[str, str],
                    rate: float, seed: int) -> dict[str, list[str]]:
-    """The evidence a noisy judge gives as facts (module docstring); ``pooled``: each query's pooled chunk ids,
-    ``doc_of``: each chunk's document. Queries left without a span are absent."""
+    """The evidence a noisy judge gives as facts: each evidence span dropped with probability ``rate`` (keyed by
+    (seed, query, span)), and each *candidate* sentence added with probability rate x |E_q| / |C_q| (keyed by (seed,
+    query, document, offset)), the candidates C_q being the sentences (``sentence_spans``) of the documents of the
+    query's pooled chunks that contain no evidence span of the query; the spans are then located as the oracle's.
+    ``pooled``: each query's pooled chunk ids, ``doc_of``: each chunk's document. Queries left without a span are
+    absent: they have no facts and are excluded from the fact-level score, as R' = 0."""
     texts = {d: text for d, _, text in evset.docs}
     out: dict[str, list[str]] = {}
     for q, spans in evset.evidence.items():

@@ -1,24 +1,18 @@
 """MTRAGEval Subtask A (retrieval) scoring, the official submission format and its checks.
 
-Scoring follows the official script ``scripts/evaluation/run_retrieval_eval.py`` of the IBM
-mt-rag-benchmark repository:
+Scoring follows the official script ``scripts/evaluation/run_retrieval_eval.py`` of the IBM mt-rag-benchmark
+repository: per collection (domain), per-query nDCG@k (``ndcg_cut``) and Recall@k (``recall``) as trec_eval /
+pytrec_eval compute them (``convrag.metrics.retrieval.compute.score_run``: linear gain, ranking by score descending
+then document id descending, recall over all relevant passages), averaged over the run's tasks that have qrels
+(ANSWERABLE and PARTIAL; run tasks without qrels add nothing). The collection's score is that mean **rounded to 5
+decimals**, its ``count`` the collection's run lines (tasks submitted, *including* those without qrels); the "all"
+row is ``sum(score_c * count_c) / sum(count_c)``, a mean weighted by submitted tasks.
 
-* per collection (domain), per-query nDCG@k (``ndcg_cut``) and Recall@k (``recall``) as trec_eval /
-  pytrec_eval compute them (``convrag.metrics.retrieval.compute.score_run``): linear gain, ranking by score
-  descending then document id descending; recall over all relevant passages. Only tasks with qrels are
-  scored (ANSWERABLE and PARTIAL ones): run tasks without qrels add nothing, and the mean is over the
-  run's tasks that have qrels;
-* the collection's score is that mean **rounded to 5 decimals**; its ``count`` is the number of run lines
-  (tasks submitted) for the collection, *including* tasks without qrels;
-* the "all" row is ``sum(score_c * count_c) / sum(count_c)``: a mean weighted by submitted tasks.
-
-Our own rows, labelled as such: per domain, the unrounded mean over every judged task of the domain (a
-judged task missing from the run scores 0), the ``macro`` mean of the domain means, and the ``micro``
-mean over all judged tasks (with bootstrap CIs). Breakdowns by answerability, multi-turn type and
-standalone label use the task labels where present (``(unlabelled)`` otherwise).
-
-Submission format (one JSON object per line): ``task_id`` (string), ``Collection`` (string),
-``contexts`` (list of at most 10 objects with a string ``document_id`` and a numeric ``score``).
+Our own rows, labelled as such: per domain the unrounded mean over every judged task (a judged task missing from the
+run scores 0), the ``macro`` mean of the domain means, the ``micro`` mean over all judged tasks (with bootstrap CIs);
+breakdowns by answerability, multi-turn type and standalone label (``(unlabelled)`` where a task has none).
+Submission format, one JSON object per line: ``task_id`` (string), ``Collection`` (string), ``contexts`` (a list of
+at most 10 objects with a string ``document_id`` and a numeric ``score``).
 """
 
 from __future__ import annotations

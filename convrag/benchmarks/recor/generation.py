@@ -6,17 +6,13 @@ overlap with the reference answer, and the link between retrieval quality and an
     result = score_generation(bench, files, [get_llm(spec)], lexical=LexicalScorer())
     write_outputs(result, "results/generation")                # per_turn.jsonl, results.json, results.md
 
-Judge. Every answer is rated by the ``gen_recor_judge`` prompt on Correctness, Completeness, Relevance and
-Coherence, plus Faithfulness when passages were given to the generator (``oracle`` / ``retrieved`` modes; a
-``none`` mode answer has no passages to be faithful to), each an integer on the profile's scale (validated; the LLM
-layer re-asks on an invalid reply). Several judges: the per-dimension median. A judge call that still fails is
-counted and listed by task id, and that turn is left out of every mean: it is never given a score.
-
-Scale and normalisation depend on the profile (:mod:`convrag.benchmarks.recor.generation_profile`): ``authors``
-(default) grades 1-10 with level anchors and no earlier turns and divides by 10; ``convrag`` grades 1-5 with the
-earlier turns and maps s to (s - 1) / 4. A turn's judge average is the mean of its normalised dimensions (4
-without passages, 5 with). Aggregation (see :mod:`convrag.benchmarks.recor.generation_tables`): mean within each
-domain, then the mean over domains (macro); a benchmark without domains is one group ``all``.
+Judge (prompt ``gen_recor_judge``): Correctness, Completeness, Relevance, Coherence, and Faithfulness when the
+generator had passages (``oracle`` / ``retrieved`` modes), each an integer on the profile's scale, validated (the LLM
+layer re-asks) and normalised (:mod:`convrag.benchmarks.recor.generation_profile`: ``authors`` 1-10 with anchors, no
+earlier turns, / 10; ``convrag`` 1-5 with earlier turns, (s - 1) / 4); several judges: the per-dimension median; a
+turn's judge average: the mean of its normalised dimensions. A judge call that still fails is counted and listed by
+task id; that turn is left out of every mean, never scored. Aggregation: mean within each domain, then over domains
+(macro; :mod:`convrag.benchmarks.recor.generation_tables`); a benchmark without domains is one group ``all``.
 """
 
 from __future__ import annotations

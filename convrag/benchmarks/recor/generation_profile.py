@@ -1,27 +1,18 @@
 """The two scoring profiles of RECOR-style generation evaluation, and whether a result is comparable with the
 RECOR paper's generation tables (Tables 7-9, 21-26, Figure 3).
 
-``authors`` (default): what RECOR's public code does (``experiments/generation/llm_judge.py`` and
-``generate_and_evaluate.py``) wherever the paper is silent or ambiguous.
+``authors`` (default) follows RECOR's public code (``experiments/generation/llm_judge.py`` and
+``generate_and_evaluate.py``) wherever the paper is silent or ambiguous:
 
-* Judge: an integer 1-10 per dimension, with level anchors (1-3, 4-6, 7-9, 10), shown the question, reference,
-  passages (if any) and answer, but not the earlier turns. A grade g becomes g / 10 (1 -> 0.1, 10 -> 1.0); a
-  turn's judge average is the mean of its normalised dimensions, i.e. the sum of its grades / (10 x dimensions).
-  The paper (section 4.2.1) says "a 1-5 scale ... normalized to 0-1"; the code grades 1-10 and divides by 10.
-  The sources disagree; this profile follows the code, the only one of the two that gives a formula.
-* ROUGE-L with rouge-score's Porter stemmer (``use_stemmer=True``).
-* BERTScore F1 as ``bert_score.BERTScorer(lang="en", rescale_with_baseline=True)``: roberta-large, layer 17,
-  rescaled with the baseline file bert-score ships (``rescale_baseline/en/roberta-large.tsv``), when the model
-  loads offline; otherwise the bundled all-MiniLM-L6-v2 (layer 6) without rescaling, since bert-score ships no
-  baseline for it, and BERT-F1 is then on another scale than Table 25's 0.35-0.38 (said in the output).
-* Generator prompt (``convrag generate`` on RECOR): ``gen_recor_answer``, answer directly in 2-4 sentences.
+* judge: an integer 1-10 per dimension with level anchors (1-3, 4-6, 7-9, 10), shown the question, reference,
+  passages (if any) and answer, not the earlier turns; a grade g becomes g / 10, so a turn's judge average is the
+  sum of its grades / (10 x dimensions) (the code's formula; the paper's section 4.2.1 speaks of a 1-5 scale);
+* ROUGE-L with rouge-score's Porter stemmer (``use_stemmer=True``); BERTScore F1 as :func:`authors_bertscorer` makes it;
+* generator prompt (``convrag generate`` on RECOR): ``gen_recor_answer``, answer directly in 2-4 sentences.
 
-``convrag``: the readings convrag used before (1-5 grades mapped by (g - 1) / 4, no anchors, earlier turns shown;
-ROUGE-L without stemming; BERTScore on all-MiniLM-L6-v2, not rescaled; MTRAG's ``rag_answer`` generator prompt,
-which asks the model to say when it cannot answer although every RECOR turn is answerable).
-
-Both profiles aggregate as the paper says (mean within each domain, then over domains); the authors' code pools
-every turn of a generator x mode instead.
+``convrag``: 1-5 grades mapped by (g - 1) / 4, no anchors, earlier turns shown; ROUGE-L without stemming; BERTScore
+on all-MiniLM-L6-v2, not rescaled; MTRAG's ``rag_answer`` generator prompt. Both profiles aggregate as the paper says
+(mean within each domain, then over domains).
 """
 
 from __future__ import annotations
@@ -87,8 +78,10 @@ def cached_offline(model: str) -> bool:
 
 
 def authors_bertscorer(available: Callable[[str], bool] = cached_offline) -> Any:
-    """The authors' BERTScore (roberta-large, layer 17, rescaled with bert-score's shipped baseline) when the
-    model is available offline, else the bundled all-MiniLM-L6-v2 without rescaling (no baseline exists for it)."""
+    """The authors' BERTScore, ``bert_score.BERTScorer(lang="en", rescale_with_baseline=True)`` (roberta-large,
+    layer 17, rescaled with the baseline file bert-score ships, ``rescale_baseline/en/roberta-large.tsv``), when the
+    model is available offline; else the bundled all-MiniLM-L6-v2 (layer 6) without rescaling (bert-score ships no
+    baseline for it), whose BERT-F1 is on another scale than RECOR's Table 25 (the output says so)."""
     from convrag.metrics.generation.components import BertScorer
 
     if available(AUTHORS_BERTSCORE_MODEL):

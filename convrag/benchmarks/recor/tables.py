@@ -1,22 +1,11 @@
 """RECOR analyses over per-turn scores (pure functions) and their markdown / plot rendering.
 
-Inputs are ``per_turn[retriever][strategy][query id][measure]`` and ``turns[query id]`` = {domain,
-conversation_id, turn, aspects}. Definitions (RECOR paper, section 4.1 and appendix D):
-
-* domain mean: mean over the domain's scored turns; **macro**: mean of the domain means (every domain
-  weighs the same); **micro**: mean over all scored turns (labelled as such, never called macro).
-* macro CI: stratified percentile bootstrap, turns resampled with replacement within each domain.
-* Table 17: paired t-test (``scipy.stats.ttest_rel``) of strategy A against B over (retriever, turn) pairs,
-  pooled over retrievers as in the paper (and per retriever); Mean Δ is the macro-averaged difference,
-  SE the standard error of the paired differences; the paired randomisation p comes from ``stats.paired_test``.
-* Table 19: per turn position (T1 .. T4, T5+), the macro mean over the domains having turns there; the
-  "all retrievers" row is the mean of the retrievers' values; Trend = (T4 - T2) / T2.
-* Table 6: turns from position 2 on, per turn the best nDCG@10 over retrievers for Baseline and for
-  History+Reasoning, mean per complexity bucket of the conversation's aspect count (Low <= 4, Medium 5-6,
-  High 7+); "not available" when the data carries no aspect counts.
-* Failure analysis: per turn the best nDCG@10 over retrievers with History+Reasoning (the paper's basis),
-  and over every evaluated retriever x strategy; bands >= 0.8, [0.5, 0.8), [0.3, 0.5), < 0.3; failure =
-  best < 0.3; turn-1 share among failures against turn-1 share among all turns. Shares are over turns.
+Inputs: ``per_turn[retriever][strategy][query id][measure]`` and ``turns[query id]`` = {domain, conversation_id,
+turn, aspects}. Definitions (RECOR paper, section 4.1 and appendix D): domain mean = mean over the domain's scored
+turns; **macro** = mean of the domain means (every domain weighs the same); **micro** = mean over all scored turns
+(labelled as such, never called macro); macro CI = stratified percentile bootstrap, turns resampled with replacement
+within each domain. The paper's analyses: Table 17 (:func:`paired_rows`), Table 19 (:func:`turn_positions`), Table 6
+(:func:`complexity`) and the failure analysis (:func:`failure_analysis`).
 """
 
 from __future__ import annotations
@@ -116,11 +105,14 @@ def comparisons(strategies: Sequence[str]) -> list[tuple[str, str]]:
 
 def paired_rows(per_turn: Mapping[str, Mapping[str, PerTurn]], turns: Mapping[str, Mapping[str, Any]],
                 strategies: Sequence[str], measure: str = PRIMARY, seed: int = 0) -> list[dict[str, Any]]:
-    """Table 17 rows: pooled over retrievers ("all") and per retriever, for every pair of ``comparisons``."""
+    """Table 17 rows: pooled over retrievers ("all", as in the paper) and per retriever, for every pair of
+    ``comparisons``: a paired t-test (``scipy.stats.ttest_rel``) of strategy A against B over (retriever, turn)
+    pairs; Mean Δ is the macro-averaged difference, SE the standard error of the paired differences; the paired
+    randomisation p comes from ``stats.paired_test``."""
     pairs = comparisons(strategies)
     if not pairs:
         return []
-    from scipy import stats as sps  # imported only when there is a pair: most of a second of start-up
+    from scipy import stats as sps  # imported only when there is a pair: a slow import
 
     rows = []
     for a, b in pairs:
@@ -146,7 +138,9 @@ def paired_rows(per_turn: Mapping[str, Mapping[str, PerTurn]], turns: Mapping[st
 
 def turn_positions(per_turn: Mapping[str, Mapping[str, PerTurn]], turns: Mapping[str, Mapping[str, Any]],
                    strategies: Sequence[str], measure: str = PRIMARY) -> dict[str, Any]:
-    """Table 19: strategy -> {"average": {pos: v}, "by_retriever": {ret: {pos: v}}, "trend": ...}, and n."""
+    """Table 19: strategy -> {"average": {pos: v}, "by_retriever": {ret: {pos: v}}, "trend": ...}, and n. Per turn
+    position (T1 .. T4, T5+), the macro mean over the domains having turns there; the "all retrievers" average is the
+    mean of the retrievers' values; Trend = (T4 - T2) / T2."""
     def by_position(scores: PerTurn) -> dict[str, float]:
         out = {}
         for pos in POSITIONS:
@@ -182,7 +176,10 @@ def best_scores(per_turn: Mapping[str, Mapping[str, PerTurn]], strategies: Seque
 
 
 def failure_analysis(best: Mapping[str, float], turns: Mapping[str, Mapping[str, Any]], basis: str) -> dict[str, Any]:
-    """Shares of turns per band of ``best`` (best-achieved nDCG@10), failures (< 0.3) and their turn-1 share."""
+    """Shares of turns per band of ``best`` (per turn the best nDCG@10: over retrievers with History+Reasoning, the
+    paper's basis, or over every evaluated retriever x strategy): bands >= 0.8, [0.5, 0.8), [0.3, 0.5), < 0.3;
+    failure = best < 0.3; the turn-1 share among failures against the turn-1 share among all turns. Shares are over
+    turns."""
     n = len(best)
     bands = []
     for label, low, high in BANDS:
@@ -198,7 +195,9 @@ def failure_analysis(best: Mapping[str, float], turns: Mapping[str, Mapping[str,
 
 def complexity(per_turn: Mapping[str, Mapping[str, PerTurn]], turns: Mapping[str, Mapping[str, Any]],
                strategies: Sequence[str], measure: str = PRIMARY) -> dict[str, Any]:
-    """Table 6: buckets of conversation aspect count, turns from T2 on, best over retrievers (Base and H+R)."""
+    """Table 6: turns from position 2 on, per turn the best nDCG@10 over retrievers for Baseline and for
+    History+Reasoning, mean per complexity bucket of the conversation's aspect count (Low <= 4, Medium 5-6, High 7+);
+    "not available" when the data carries no aspect counts."""
     wanted = [s for s in ("baseline", "history+reasoning") if s in strategies]
     later = [q for q in best_scores(per_turn, wanted[:1], measure) if int(turns[q]["turn"]) >= 2]
     known = [q for q in later if turns[q].get("aspects") is not None]
