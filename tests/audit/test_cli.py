@@ -12,7 +12,6 @@ import contextlib
 import io
 import json
 import re
-import sys
 import zlib
 from pathlib import Path
 
@@ -24,9 +23,7 @@ from convrag.hub.export import export_benchmark
 from convrag.llm import LLM, RetryPolicy, load_prompt
 from convrag.llm.backends.fake import FakeBackend
 from tests.conftest import DATA
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mtr_bench_fixture import write_fixture  # noqa: E402
+from tests.mtr_bench_fixture import write_fixture
 
 ALPHA, BETA = "fake:alpha", "fake:beta"
 PROMPTS = ("audit_query_evidence", "audit_discriminability", "audit_faithfulness", "audit_answer_quality",

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -28,11 +26,8 @@ from convrag.judging.verdict import Verdict, free_text_rationale, judge_call, pa
 from convrag.llm import LLM, EndpointUnreachable, RetryPolicy
 from convrag.llm.backends.fake import FakeBackend
 from convrag.llm.types import BackendError
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mtr_bench_fixture import write_fixture  # noqa: E402
-
 from tests.conftest import DATA  # noqa: E402
+from tests.mtr_bench_fixture import write_fixture
 
 HOTPOT = str(DATA / "hotpotqa" / "hotpot_dev_distractor_v1.first30.json")
 
