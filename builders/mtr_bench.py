@@ -10,7 +10,8 @@ Configs (split ``test`` = the benchmark, plus ``train`` when the source has it):
   adds instead (``history`` as text, ``convrag.hub.mteb_layout``); ``convrag evaluate`` reads ``queries``;
 * ``qrels``: the turn's one gold document (``corpus-id`` = str(ground_truth_document_idx), score 1);
 * ``candidates``: the turn's pool, the ``document_idx`` of its ``ctxs`` in stored order;
-* ``corpus``: MTR-DOCUMENT (``_id`` = row index), streamed; split ``test`` only, built when the source has it;
+* ``corpus``: MTR-DOCUMENT (``_id`` = row index; the repository the authors' README, rangehow/mtr-suite, names),
+  streamed; split ``test`` only, built when the source has it;
 * ``cluster-corpus``: every ``ctxs`` document of the split, sorted by document_idx (a far smaller search space).
 
 Conversation ids: the source's ``conversation_id`` column, else ``<split>-<n:05d>`` (n: 0-based file position).
