@@ -15,7 +15,7 @@ from convrag.core.options import name_value_pairs, parse_options
 from convrag.hub.naming import RESULTS, default_out
 from convrag.retrievers.embed import resolve_device
 from convrag.retrievers.registry import check_retrievers
-from convrag.retrievers.strategies import check_strategies
+from convrag.retrievers.strategies import check_strategies, without_llm_defaults
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -176,8 +176,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         check_strategies(split_list(strategies), "--strategies" if args.strategies is not None else "--views", profile)
     declared, skipped = profile, llm_defaults_skipped(profile, strategies, args.llm)
     if skipped:
-        from convrag.retrievers.strategies import without_llm_defaults
-
         profile = without_llm_defaults(profile)
     dense_options = parse_options(args.dense_option, "--dense-option")
     encoder = {"device": resolve_device(args.device), "batch_size": args.batch_size, "cache_dir": args.embeddings_cache}
