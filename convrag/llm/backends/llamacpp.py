@@ -139,7 +139,9 @@ class LlamaCppBackend(Backend):
     """A GGUF model run in-process through llama.cpp.
 
     Calls are serialised per loaded model (one context per model, shared by every instance that loads
-    the same file with the same settings), so concurrent callers never enter llama.cpp at once.
+    the same file with the same settings), so concurrent callers never enter llama.cpp at once. Each call
+    evaluates its prompt from the start: reusing the previous call's cached prefix changes the floating-point
+    path, so the same request with the same seed could read differently depending on what ran before it.
     """
 
     name = "llamacpp"
@@ -184,6 +186,7 @@ class LlamaCppBackend(Backend):
             kwargs["response_format"] = {"type": "json_object", "schema": grammar_schema(json_schema)}
         llm, lock = self._model()
         with lock:
+            llm.reset()  # no prompt-prefix reuse from the previous call: the reply depends on this request only
             try:
                 resp = llm.create_chat_completion(**kwargs)
             except BackendError:
