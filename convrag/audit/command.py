@@ -71,7 +71,8 @@ def run_command(args: argparse.Namespace) -> int:
         return 0
     check_not_input(out, args.folders)
     judges = make_judges(specs, args.cache, args.concurrency)  # a judge that cannot be made leaves no --out behind
-    claim_out(out, args.folders, "audit")
+    identity = " + ".join(f"{s.benchmark} at {s.folder.resolve()}" for s in sets)
+    claim_out(out, args.folders, "audit", identity=identity, overwrite=args.overwrite)
     progress = wanted(args.no_progress)
     runs = [run_audit(s, judges, dimensions, seed=args.seed, negatives=args.negatives, whole_pool=whole_pool,
                       concurrency=args.concurrency, progress=progress, profile=profile) for s in sets]

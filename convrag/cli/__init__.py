@@ -7,10 +7,23 @@ worked through its input but produced nothing usable exits 1.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from convrag.cli import audit, build, embed, evaluate, generate, select, space, synthesize
 from convrag.core.errors import ConvragError, EmptyResult
+
+
+#: what an interrupted run leaves, per command (outputs are written whole or under temporary names and renamed)
+INTERRUPTED = {
+    "synthesize": "finished stages, finished shards and every answered LLM call are kept in --out",
+    "audit": "no output was replaced; every verdict already given is kept in the judge cache",
+    "select": "no output was replaced; every judgment already made is kept in the LLM cache",
+    "generate": "no answers file was replaced; every answer already generated is kept in its LLM cache",
+    "evaluate": "no result was replaced; computed embeddings, reranker scores and LLM replies are kept in their caches",
+    "evaluate-generation": "no result was replaced; every judge reply already given is kept in the LLM cache",
+    "embed": "no cache entry was replaced; shards already encoded are kept",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,6 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with plain_lines():  # stderr not a terminal: bars print a plain line every 30 s instead
             return int(args.func(args) or 0)
+    except KeyboardInterrupt:  # Ctrl-C: one line, no traceback
+        kept = INTERRUPTED.get(args.command, "nothing was replaced (outputs are written whole, then renamed)")
+        again = shlex.join(["convrag", *(sys.argv[1:] if argv is None else argv)])
+        print(f"\nconvrag {args.command}: interrupted; {kept}. Run the same command again to "
+              f"{'resume' if args.command in INTERRUPTED else 'start over'}: {again}", file=sys.stderr)
+        return 130
     except EmptyResult as err:  # the run worked through its input but produced nothing usable
         print(f"convrag {args.command}: failed: {err}", file=sys.stderr)
         return 1

@@ -36,6 +36,8 @@ def skipped_line(profile: Any, skipped: list[str]) -> str:
 
 
 NO_PROGRESS_HELP = "hide progress (default: bars on a terminal, else a plain line every 30 s)"
+OVERWRITE_HELP = ("replace the results in --out even when they are of other inputs (without it, a results folder of "
+                  "another benchmark or other inputs is refused; a rerun of the same inputs replaces its own)")
 
 
 class HelpParser(argparse.ArgumentParser):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from convrag.cli.arguments import NO_PROGRESS_HELP, split_list
+from convrag.cli.arguments import NO_PROGRESS_HELP, OVERWRITE_HELP, split_list
 from convrag.hub.naming import default_out
 from convrag.retrievers.registry import check_retrievers
 
@@ -16,6 +16,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="folders written by `convrag build`, or Hub dataset repo ids org/name[@revision]")
     p.add_argument("--out", help="output folder: verdicts.jsonl, summary.json / .md, heatmap.png (default: "
                                  "results/BENCHMARK/NAME-audit; several folders: names joined by +)")
+    p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p.add_argument("--judge", action="append", metavar="SPEC",
                    help="judge LLM spec (repeatable: an ensemble; default $CONVRAG_LLM or the embedded placeholder)")
     p.add_argument("--dimensions", default="all",

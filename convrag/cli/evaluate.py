@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from convrag.cli.arguments import NO_PROGRESS_HELP, llm_defaults_skipped, skipped_line, split_list
+from convrag.cli.arguments import NO_PROGRESS_HELP, OVERWRITE_HELP, llm_defaults_skipped, skipped_line, split_list
 from convrag.core.errors import ConvragError
 from convrag.core.options import name_value_pairs, parse_options
 from convrag.hub.naming import RESULTS, default_out
@@ -50,6 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rerank", action="append", metavar="[NAME=]SPEC@K", help=RERANK_HELP)
     p.add_argument("--out", help="output folder (default: results/BENCHMARK/NAME-evaluate, BENCHMARK from the folder's "
                                  "README, NAME the folder's or repo's name)")
+    p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p.add_argument("--dense-model", help="sentence-transformers model path or name for dense/hybrid")
     p.add_argument("--dense-option", action="append", metavar="KEY=VALUE",
                    help="dense encoder option (repeatable): pooling=cls|mean|max|lasttoken, max_seq_length=N, "
@@ -123,6 +124,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="replace a judge prompt by a YAML file (repeatable), e.g. idk=my_idk.yaml")
     p.add_argument("--out", help="output folder (default: results/BENCHMARK/NAME-evaluate-generation, NAME the "
                                  "folder's or repo's name; a responses .jsonl: results/mtrag/STEM-evaluate-generation)")
+    p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--digits", type=int, default=4, help="decimals shown in tables (JSON is unrounded)")
@@ -142,7 +144,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from convrag.core.progress import scope as progress_scope
     from convrag.evaluate.report import evaluate_folder, render, write_outputs
     from convrag.evaluation.rerank import parse_reranks
-    from convrag.hub.repo import resolve_source
+    from convrag.hub.repo import resolve_source, source_label
 
     folder, source = resolve_source(args.folder)  # source: the repo id and revision, or the folder's relative path
     args.folder = str(folder)
@@ -185,7 +187,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     submissions = name_value_pairs(args.submission, "--submission")
     inputs = [args.folder, *external_runs.values(), *submissions.values(), args.dense_model,
               *(r.target for r in reranks if r.kind == "cross-encoder")]
-    with claimed_out(args.out, inputs, "evaluate") as out:  # never a user's own folder, never over an input
+    identity = f"benchmark {manifest['benchmark']} at {source_label(folder, source)}"
+    with claimed_out(args.out, inputs, "evaluate", identity=identity, overwrite=args.overwrite) as out:  # never a user's own folder, never over an input
         with progress_scope(manifest["benchmark"]), datasets_bars(progress):
             results, scored = evaluate_folder(
                 args.folder, profile, external_runs=external_runs, submissions=submissions,
@@ -286,7 +289,9 @@ def cmd_evaluate_generation(args: argparse.Namespace) -> int:
         raise ConvragError(f"--out {out}: exists and is not a folder")
     inputs = [args.source, *(args.predictions or []), args.run, args.bertscore_model,
               *(v.split("=", 1)[-1] for v in args.prompt or [])]
-    with claimed_out(out, inputs, "evaluate-generation"):
+    answers = ", ".join(str(Path(p).resolve()) for p in args.predictions or []) or "the answers in it"
+    identity = f"{answers} on {source.resolve()}"
+    with claimed_out(out, inputs, "evaluate-generation", identity=identity, overwrite=args.overwrite):
         if source.is_dir() and _generation_scheme(source) == "judge":  # RECOR / MTR-Bench: five-dimension judge
             from convrag.benchmarks.recor.generation_command import run_command
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from convrag.cli.arguments import OVERWRITE_HELP
 from convrag.generate.command import run_command
 
 
@@ -23,6 +24,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="FILE.jsonl", help="answers file (MTRAG: official submission format; RECOR / "
                                                        "MTR-Bench: one line per turn); default: results/BENCHMARK/"
                                                        "NAME-generate/MODE[-RETRIEVER].jsonl, NAME the folder's name")
+    p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p.add_argument("--retriever", metavar="SPEC", help="retriever spec searched through the evaluation engine "
                                                        "(bm25, dense, ...); its full run goes to FILE.run.trec")
     p.add_argument("--run", metavar="FILE", help="a TREC run file (or an MTRAG submission .jsonl) instead of "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from convrag.cli.arguments import NO_PROGRESS_HELP
+from convrag.cli.arguments import NO_PROGRESS_HELP, OVERWRITE_HELP
 from convrag.hub.naming import RESULTS, default_out
 from convrag.retrievers.strategies import check_strategies
 
@@ -29,6 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                  "chosen.yaml, plots (default: "
                                  "results/BENCHMARK/NAME-select for a built --queries folder, else "
                                  "results/custom/STEM-select)")
+    p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p.add_argument("--judge", metavar="SPEC", help="judge LLM spec (default: the space's judge.model, else "
                                                    "$CONVRAG_LLM or the embedded placeholder), or "
                                                    "oracle:EVIDENCE.jsonl to judge with labelled evidence spans "

@@ -182,13 +182,25 @@ def check_not_input(out: str | os.PathLike[str], inputs: Iterable[str | os.PathL
     return target
 
 
+def _marker(folder: Path) -> dict[str, Any]:
+    try:
+        record = json.loads((folder / OWNER_MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
 def out_owner(folder: Path) -> str | None:
     """The command named by ``folder``'s :data:`OWNER_MARKER`, or None (no marker, or an unreadable one)."""
-    try:
-        owner = json.loads((folder / OWNER_MARKER).read_text(encoding="utf-8")).get("command")
-    except (OSError, ValueError, AttributeError):
-        return None
+    owner = _marker(folder).get("command")
     return owner if isinstance(owner, str) else None
+
+
+def out_identity(folder: Path) -> str | None:
+    """What the results in ``folder`` are of (``of`` in its :data:`OWNER_MARKER`: the identity of the inputs, e.g.
+    ``benchmark stratrag at /data/out/stratrag``), or None for a marker written before identities were recorded."""
+    of = _marker(folder).get("of")
+    return of if isinstance(of, str) else None
 
 
 def unnested(path: Path) -> Path:
@@ -204,11 +216,14 @@ def unnested(path: Path) -> Path:
 
 
 def check_results_out(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None], command: str,
-                      *, read_whole: Iterable[str | os.PathLike[str] | None] = (), earlier: bool = False) -> Path:
+                      *, read_whole: Iterable[str | os.PathLike[str] | None] = (), earlier: bool = False,
+                      identity: str | None = None, overwrite: bool = False) -> Path:
     """Refuse (one-line :class:`ConvragError`) an ``out`` that :func:`claim_out` would refuse, writing nothing:
     a file; an input, a folder holding one or one inside a ``read_whole`` folder (:func:`check_not_input`); a
     non-empty folder without the :data:`OWNER_MARKER` of ``command`` (``earlier``: the caller recognised the
-    folder as its own from before markers existed). Returns it resolved."""
+    folder as its own from before markers existed); without ``overwrite``, a folder of ``command`` whose results
+    are of other inputs than ``identity`` (:func:`out_identity`; a rerun of the same thing may replace its own
+    results, another benchmark's never silently). Returns it resolved."""
     path = Path(out).expanduser()
     if path.exists() and not path.is_dir():
         raise ConvragError(f"{out}: --out names an existing file, not a folder")
@@ -219,35 +234,47 @@ def check_results_out(out: str | os.PathLike[str], inputs: Iterable[str | os.Pat
             held = f"it holds `convrag {owner}` results" if owner else f"it has no {OWNER_MARKER}"
             raise ConvragError(f"{out}: --out is not empty and is not a results folder of `convrag {command}` "
                                f"({held}): not writing into it; choose a new or empty folder")
+        recorded = out_identity(target)
+        if identity is not None and recorded is not None and recorded != identity and not overwrite:
+            raise ConvragError(f"{out}: --out holds the `convrag {command}` results of {recorded}, not of {identity}: "
+                               "not replacing them; choose another --out, or pass --overwrite to replace them")
     return target
 
 
 def claim_out(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None], command: str, *,
-              read_whole: Iterable[str | os.PathLike[str] | None] = (), earlier: bool = False) -> Path:
-    """Make ``out`` a results folder owned by ``convrag COMMAND`` and return it (resolved): refused as
-    :func:`check_results_out` says, nothing written; a new or empty folder is created and marked; a folder the same
-    command wrote before is reused (its files are replaced one by one)."""
-    target = check_results_out(out, inputs, command, read_whole=read_whole, earlier=earlier)
-    if not (target / OWNER_MARKER).is_file() or out_owner(target) != command:
+              read_whole: Iterable[str | os.PathLike[str] | None] = (), earlier: bool = False,
+              identity: str | None = None, overwrite: bool = False) -> Path:
+    """Make ``out`` a results folder owned by ``convrag COMMAND`` (of ``identity``) and return it (resolved): refused
+    as :func:`check_results_out` says, nothing written; a new or empty folder is created and marked; a folder the
+    same command wrote before is reused (its files are replaced one by one) and marked with ``identity``."""
+    target = check_results_out(out, inputs, command, read_whole=read_whole, earlier=earlier, identity=identity,
+                               overwrite=overwrite)
+    record: dict[str, Any] = {"command": command, **({"of": identity} if identity is not None else {})}
+    if _marker(target) != record:
         target.mkdir(parents=True, exist_ok=True)
-        (target / OWNER_MARKER).write_text(json.dumps({"command": command}) + "\n", encoding="utf-8")
+        (target / OWNER_MARKER).write_text(json.dumps(record) + "\n", encoding="utf-8")
     return target
 
 
 @contextmanager
 def claimed_out(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None], command: str, *,
-                read_whole: Iterable[str | os.PathLike[str] | None] = ()) -> Iterator[Path]:
+                read_whole: Iterable[str | os.PathLike[str] | None] = (), identity: str | None = None,
+                overwrite: bool = False) -> Iterator[Path]:
     """:func:`claim_out` (same arguments) for the block's duration, yielding the folder. When the block raises
     while a folder the claim created or found empty still holds only the marker, the claim is undone (marker and the
     folders it needed removed), so a run that fails before writing leaves nothing behind; one that wrote outputs
-    keeps them."""
+    keeps them. In a folder of earlier results the earlier marker is put back, so the results a failed
+    ``--overwrite`` run left in place keep saying what they are of."""
     path = Path(out).expanduser().absolute()
     created = [p for p in (path, *path.parents) if not p.exists()]  # deepest first
     fresh = not (path.is_dir() and any(path.iterdir()))
-    target = claim_out(out, inputs, command, read_whole=read_whole)
+    previous = None if fresh else _marker(path)
+    target = claim_out(out, inputs, command, read_whole=read_whole, identity=identity, overwrite=overwrite)
     try:
         yield target
     except BaseException:
+        if previous and _marker(target) != previous:
+            (target / OWNER_MARKER).write_text(json.dumps(previous) + "\n", encoding="utf-8")
         if fresh and target.is_dir() and [p.name for p in target.iterdir()] == [OWNER_MARKER]:
             (target / OWNER_MARKER).unlink()
             for folder in created:

@@ -78,6 +78,10 @@ def _check_args(args: argparse.Namespace) -> Path:
     return out
 
 
+def _resolved(folder: Any) -> str:
+    return str(Path(str(folder)).resolve())
+
+
 def _earlier_report(path: Path, out: Path) -> dict[str, Any] | None:
     """The report at ``path`` when it is one this command wrote for the answers file ``out``, else None: a JSON
     object with this command's ``generator``, ``mode`` and ``counts`` keys whose ``output`` names ``out``. An existing
@@ -115,6 +119,10 @@ def _check_outputs(args: argparse.Namespace, out: Path) -> dict[str, Any] | None
     if out.exists() and earlier is None:
         raise ConvragError(f"{out}: --out exists and is not an earlier `convrag generate` output (no "
                            f"{report_path.name} beside it naming it): not replacing it; choose another --out")
+    if earlier is not None and not args.overwrite and _resolved(earlier.get("folder")) != _resolved(args.folder):
+        raise ConvragError(f"{out}: holds the `convrag generate` answers of {earlier.get('benchmark')} at "
+                           f"{earlier.get('folder')}, not of {_resolved(args.folder)}: not replacing them; choose "
+                           "another --out, or pass --overwrite to replace them")
     if args.retriever is not None and run_path.exists() and earlier is None:
         raise ConvragError(f"{run_path}: exists and is not a run file written by an earlier `convrag generate` "
                            "into this --out: not replacing it; choose another --out")  # fmt: skip

@@ -103,8 +103,9 @@ def upload_folder(path: Path, repo_id: str, repo_type: str, message: str, privat
 
 
 def names_hub_repo(ref: str) -> bool:
-    """Whether ``ref`` is read as a Hub dataset repo id: it has that form and is no local path."""
-    return bool(REPO_ID.match(ref)) and not Path(ref).exists()
+    """Whether ``ref`` is read as a Hub dataset repo id: it has that form, is no local path, and its ``org`` part is
+    no local folder either (``out/stratragg``, with a folder ``out`` here, is a mistyped local path)."""
+    return bool(REPO_ID.match(ref)) and not Path(ref).exists() and not Path(ref.split("/", 1)[0]).is_dir()
 
 
 def resolve_folder(ref: str, revision: str | None = None) -> Path:
@@ -127,12 +128,24 @@ def resolve_source(ref: str, revision: str | None = None) -> tuple[Path, dict[st
     match = REPO_ID.match(ref)
     if not match:
         raise ConvragError(f"{ref}: no such folder, and not a Hub dataset repo id (org/name[@revision])")
+    if not names_hub_repo(ref):
+        parent = ref.split("/", 1)[0]
+        raise ConvragError(f"{ref}: no such folder (read as a local path, since {parent}/ is a folder here; "
+                           f"to read a Hub repo of that name, run from another directory)")
     repo, pinned = match.group("repo"), match.group("revision")
     if pinned and revision and pinned != revision:
         raise ConvragError(f"{ref}: revision {pinned!r} differs from the revision {revision!r} also given")
     folder = _download(ref, repo, pinned or revision)  # .../snapshots/<commit sha>
     return folder, {"repo_id": repo, "revision": folder.name, "requested_revision": pinned or revision
                     or constants.DEFAULT_REVISION, "endpoint": _endpoint()}  # fmt: skip
+
+
+def source_label(folder: Path, source: dict[str, str]) -> str:
+    """Where a benchmark read by :func:`resolve_source` came from, as results folders record it: ``repo_id@commit``
+    for a Hub repo, else the folder's absolute path."""
+    if "repo_id" in source:
+        return f"{source['repo_id']}@{source['revision']}"
+    return str(folder.resolve())
 
 
 def _download(ref: str, repo: str, revision: str | None) -> Path:

@@ -226,7 +226,10 @@ def run_command(args: argparse.Namespace) -> int:
     out = Path(args.out)
     judge_arg = args.judge if args.judge and is_oracle_spec(args.judge) else None
     inputs = [args.space, args.queries, args.corpus, judge_arg and judge_arg[len(ORACLE_PREFIX):] or None]
-    check_results_out(out, inputs, COMMAND, read_whole=_read_whole(args))  # before anything is read
+    corpus = args.corpus or (args.queries if Path(args.queries).is_dir() else None)
+    identity = f"queries {Path(args.queries).resolve()} over corpus {Path(corpus).resolve() if corpus else '-'}"
+    owned = {"identity": identity, "overwrite": args.overwrite}
+    check_results_out(out, inputs, COMMAND, read_whole=_read_whole(args), **owned)  # before anything is read
     if args.max_queries is not None and args.max_queries < 1:
         raise ConvragError(f"--max-queries must be at least 1, got {args.max_queries}")
     if args.max_judgments is not None and args.max_judgments < 1:
@@ -239,7 +242,7 @@ def run_command(args: argparse.Namespace) -> int:
     if is_oracle_spec(judge_spec):
         oracle = load_oracle(judge_spec)
         inputs[3] = oracle.source
-        check_results_out(out, inputs, COMMAND, read_whole=_read_whole(args))
+        check_results_out(out, inputs, COMMAND, read_whole=_read_whole(args), **owned)
     component_spec = args.llm or (os.environ.get(SPEC_ENV) or "default" if oracle else judge_spec)
     turns = read_turns(args.queries, split=args.split)
     if oracle is not None:
@@ -247,7 +250,6 @@ def run_command(args: argparse.Namespace) -> int:
     turns = turns[: args.max_queries]
     if oracle is not None:
         oracle.check_queries(t.qid for t in turns)
-    corpus = args.corpus or (args.queries if Path(args.queries).is_dir() else None)
     if corpus is None:
         raise ConvragError("--corpus is required unless --queries is a built benchmark folder")
     docs = read_corpus(corpus, args.corpus_config)
@@ -264,7 +266,7 @@ def run_command(args: argparse.Namespace) -> int:
         return get_llm(spec, max_concurrency=limit, **({"cache": args.cache} if args.cache else {}))
 
     # a run that fails before writing leaves no folder
-    with claimed_out(out, inputs, COMMAND, read_whole=_read_whole(args)) as target:
+    with claimed_out(out, inputs, COMMAND, read_whole=_read_whole(args), **owned) as target:
         progress = wanted(args.no_progress)
         if not progress:
             import datasets
@@ -282,7 +284,7 @@ def run_command(args: argparse.Namespace) -> int:
                     "judge_model": judge_identity(judge_spec, oracle.source if oracle is not None else None)}
         empty = None
         with replacing(out, target, overwrite=True, is_build=lambda _: True) as tmp:  # claim_out accepted target
-            claim_out(tmp, (), COMMAND)  # the folder swapped in carries the marker
+            claim_out(tmp, (), COMMAND, identity=identity)  # the folder swapped in carries the marker
             pools: list[Any] = []
 
             def on_pool(result: Any) -> None:
