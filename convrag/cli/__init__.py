@@ -13,7 +13,6 @@ import sys
 from convrag.cli import audit, build, embed, evaluate, generate, select, space, synthesize
 from convrag.core.errors import ConvragError, EmptyResult
 
-
 #: what an interrupted run leaves, per command (outputs are written whole or under temporary names and renamed)
 INTERRUPTED = {
     "synthesize": "finished stages, finished shards and every answered LLM call are kept in --out",

@@ -188,7 +188,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     inputs = [args.folder, *external_runs.values(), *submissions.values(), args.dense_model,
               *(r.target for r in reranks if r.kind == "cross-encoder")]
     identity = f"benchmark {manifest['benchmark']} at {source_label(folder, source)}"
-    with claimed_out(args.out, inputs, "evaluate", identity=identity, overwrite=args.overwrite) as out:  # never a user's own folder, never over an input
+    # never a user's own folder, never over an input, never over another benchmark's results without --overwrite
+    with claimed_out(args.out, inputs, "evaluate", identity=identity, overwrite=args.overwrite) as out:
         with progress_scope(manifest["benchmark"]), datasets_bars(progress):
             results, scored = evaluate_folder(
                 args.folder, profile, external_runs=external_runs, submissions=submissions,
