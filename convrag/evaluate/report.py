@@ -4,8 +4,8 @@
 Written files (``out``): ``results.json`` (strict JSON, NaN as null, unrounded; ``files`` lists what was
 written, so that a later evaluation into the same folder removes what it does not rewrite; ``source`` says where
 the folder came from, and no local path in it is absolute: see :mod:`convrag.core.provenance`; ``synthesis``, for a
-benchmark synthesized by convrag, names the models that wrote its queries: :func:`synthesis_info`), ``results.md``
-(the tables, then every system's coverage),
+benchmark synthesized by convrag, names the models that wrote its queries: :func:`synthesis_info`; ``caveats``, the
+cautions of :mod:`convrag.evaluate.caveats`), ``results.md`` (the caveats, the tables, then every system's coverage),
 ``runs/<system>.trec`` (one strategy) or ``runs/<system>__<strategy>.trec``, ``runs/qrels.trec`` (the qrels they
 were scored against, with the runs' ids: trec_eval, ir_measures and ranx re-score the runs with it), official
 submission files when the profile names a submission format, and the report's plots (``turn_position.png`` for
@@ -26,6 +26,7 @@ from convrag.core.errors import ConvragError
 from convrag.core.jsonl import json_safe
 from convrag.core.provenance import local_path, relative_paths
 from convrag.evaluate.aggregate import aggregate, system_name
+from convrag.evaluate.caveats import caveat_block, caveats
 from convrag.evaluation.data import BenchmarkData, load_benchmark
 from convrag.evaluation.engine import (
     Scored,
@@ -77,7 +78,7 @@ def render(results: Mapping[str, Any], profile: EvaluationProfile, digits: int =
         raise ConvragError(f"unknown report shape {profile.report!r}; known: {', '.join(RENDERERS)}")
     text = RENDERERS[profile.report](results, digits).rstrip("\n") + "\n\n" + coverage_section(results) + "\n"
     notes = [part["note"] for part in (results.get("synthesis"), results.get("llm")) if part]
-    return _before_tables(text, "\n\n".join(notes)) if notes else text
+    return caveat_block(results.get("caveats") or []) + (_before_tables(text, "\n\n".join(notes)) if notes else text)
 
 
 def synthesis_info(folder: str | Path) -> dict[str, Any] | None:
@@ -277,4 +278,6 @@ def evaluate_folder(
     synthesis = synthesis_info(folder)
     if synthesis is not None:
         header["synthesis"] = synthesis
-    return relative_paths({**header, **results}), scored
+    full = {**header, **results}
+    full["caveats"] = caveats(full, scored)
+    return relative_paths(full), scored

@@ -8,7 +8,8 @@
 * Topic-switch table: every measure by ``switch_phase`` (no switch / before / first turn after / after).
 
 Every group row says how many turns it rests on (``Turns``; ``†`` below ``tables.SMALL_N``), and so does the plot's
-x axis; the plot carries a footnote when the embedded placeholder LLM wrote the queries or ran a strategy.
+x axis; the plot carries a footnote when the embedded placeholder LLM wrote the queries or ran a strategy, and one
+naming the results' other caveats.
 """
 
 from __future__ import annotations
@@ -68,13 +69,20 @@ def group_table(results: Mapping[str, Any], group: str, measures: list[str], dig
     return _table(["System", "Measure", *values], rows) + (f"\n\n{note}" if note else "")
 
 
-def placeholder_footnote(results: Mapping[str, Any]) -> str | None:
-    """The footnote of a plot whose figures rest on the embedded placeholder LLM (it wrote the benchmark's queries,
-    or an LLM strategy used it); None otherwise."""
+def plot_footnote(results: Mapping[str, Any]) -> str | None:
+    """The footnote of a plot: that its figures rest on the embedded placeholder LLM (it wrote the benchmark's
+    queries, or an LLM strategy used it), and the kinds of the other ``caveats`` of the results (saturated measures,
+    a reduced corpus, small groups; :mod:`convrag.evaluate.caveats`); None when there is neither."""
     synthesis, llm = results.get("synthesis") or {}, results.get("llm") or {}
     who = (["the embedded SmolLM2-135M placeholder wrote the queries"] if synthesis.get("placeholder") else []) + (
         [f"{llm['placeholder']} ran the LLM strategies"] if llm.get("placeholder") else [])
-    return f"Placeholder: {' and '.join(who)}; these figures measure nothing." if who else None
+    parts = [f"Placeholder: {' and '.join(who)}; these figures measure nothing."] if who else []
+    others = [c for c in results.get("caveats") or [] if c.get("kind") != "placeholder"]
+    if others:
+        kinds = [f"{', '.join(c['saturated'])} saturated" if c.get("saturated") else c["kind"].replace("-", " ")
+                 for c in others]
+        parts.append(f"Read with care: {', '.join(dict.fromkeys(kinds))} (see results.md).")
+    return "\n".join(parts) or None
 
 
 def render_tables(results: Mapping[str, Any], digits: int = 2) -> str:
@@ -119,12 +127,12 @@ def plot_per_turn(results: Mapping[str, Any], path: str) -> None:
         ax.plot(range(len(xs)), [by_turn[x][m]["mean"] * results["scale"] for x in xs], marker="o", label=name)
         ax.set_xticks(range(len(xs)), [f"{x}\nn={by_turn[x]['n']}" for x in xs])
     ax.set_xlabel("turn (n = turns scored there)")
-    footnote = placeholder_footnote(results)
+    footnote = plot_footnote(results)
     if footnote:
         fig.text(0.01, 0.01, footnote, fontsize=7, color="darkred")
     ax.set_ylabel(f"{results['labels'].get(m, m)} (x{results['scale']:g})")
     ax.set_title(f"{results['labels'].get(m, m)} by turn position", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    fig.tight_layout(rect=(0, 0.04 if footnote else 0, 1, 1))
-    fig.savefig(path, format="png", dpi=120)
+    fig.tight_layout(rect=(0, 0.04 * (footnote.count("\n") + 1) if footnote else 0, 1, 1))
+    fig.savefig(path, format="png", dpi=120, metadata={"Description": footnote} if footnote else None)

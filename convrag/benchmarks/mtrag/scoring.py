@@ -329,8 +329,9 @@ def render_tables(results: Mapping[str, Any], digits: int = 3) -> str:
     micro mean with its CI), then per system and view the per-domain, macro and breakdown rows."""
     names = results["measures"]
     head = "| system | view | row | " + " | ".join(names) + " |\n|---|---|---|" + "---|" * len(names)
+    kinds = ", ".join(f"{domain} {kind}" for domain, kind in results["corpus_kind"].items())
     lines = ["## Subtask A retrieval (only tasks with qrels are scored)", "",
-             f"Corpus per domain: {results['corpus_kind']}. Official \"all\" = per-domain means rounded to 5 "
+             f"Corpus per domain: {kinds}. Official \"all\" = per-domain means rounded to 5 "
              "decimals, weighted by tasks submitted per domain (run lines); macro = mean of domain means (ours); "
              f"micro = mean over all judged tasks with {int(results['confidence'] * 100)}% bootstrap CI (ours).",
              "", head]  # fmt: skip

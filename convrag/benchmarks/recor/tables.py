@@ -354,10 +354,11 @@ def render_tables(results: Mapping[str, Any], digits: int = 4) -> str:
 
 def plot_turn_positions(results: Mapping[str, Any], path: str) -> None:
     """PNG line plot of nDCG@10 by turn position per strategy (mean over retrievers); each position's tick says how
-    many turns it rests on, and a footnote flags figures that rest on the placeholder LLM."""
+    many turns it rests on, and a footnote flags figures that rest on the placeholder LLM and names the results'
+    other caveats (:func:`convrag.evaluation.turn_tables.plot_footnote`)."""
     from matplotlib.figure import Figure  # no pyplot: its import and global figure state are not needed
 
-    from convrag.evaluation.turn_tables import placeholder_footnote
+    from convrag.evaluation.turn_tables import plot_footnote
 
     fig = Figure(figsize=(6, 4))
     ax = fig.subplots()
@@ -367,7 +368,7 @@ def plot_turn_positions(results: Mapping[str, Any], path: str) -> None:
     n = results["turn_position"]["n"]
     ax.set_xticks(range(len(POSITIONS)), [f"{p}\nn={n.get(p, 0)}{small_mark(n.get(p, 0))}" for p in POSITIONS])
     ax.set_xlabel(f"turn position (n = turns there; † fewer than {SMALL_N}: too few to compare)")
-    footnote = placeholder_footnote(results)
+    footnote = plot_footnote(results)
     if footnote:
         fig.text(0.01, 0.01, footnote, fontsize=7, color="darkred")
     ax.set_ylabel("nDCG@10")
@@ -375,5 +376,5 @@ def plot_turn_positions(results: Mapping[str, Any], path: str) -> None:
     ax.set_ylim(0, 1.02)
     ax.legend()
     ax.grid(alpha=0.3)
-    fig.tight_layout(rect=(0, 0.04 if footnote else 0, 1, 1))
-    fig.savefig(path, format="png", dpi=120)
+    fig.tight_layout(rect=(0, 0.04 * (footnote.count("\n") + 1) if footnote else 0, 1, 1))
+    fig.savefig(path, format="png", dpi=120, metadata={"Description": footnote} if footnote else None)
