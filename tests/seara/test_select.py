@@ -337,6 +337,15 @@ def test_select_command_end_to_end(hotpot: dict, tmp_path: Path, monkeypatch: py
     assert "fact PR-AUC" in (out / "leaderboard.md").read_text(encoding="utf-8")
     assert report["judge_totals"]["unique"] < report["judge_llm"]["calls"]
     assert "PR-AUC micro" in printed and "Chosen:" in printed and "Judge: 4 pools" in printed
+    # other queries into the same --out: refused before anything is read, the first results intact
+    other = tmp_path / "five.jsonl"
+    other.write_text("".join((folder / "queries.jsonl").read_text(encoding="utf-8").splitlines(True)[:5]))
+    before = (out / "leaderboard.json").read_bytes()
+    assert main(["select", "--space", str(space), "--corpus", str(folder / "corpus.jsonl"), "--queries", str(other),
+                 "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"holds the `convrag select` results of queries {folder / 'queries.jsonl'}" in err[0]
+    assert "pass --overwrite to replace them" in err[0] and (out / "leaderboard.json").read_bytes() == before
 
 
 def test_select_dry_run_and_refusals(hotpot: dict, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
