@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from convrag.builders.profile import EvaluationProfile
-from convrag.core.errors import ConvragError, DataError
+from convrag.core.errors import ConvragError, DataError, EmptyResult
 from convrag.core.progress import scope as progress_scope
 from convrag.evaluation.data import BenchmarkData, Corpora, load_benchmark
 from convrag.evaluation.rerank import cut, load_stages, merge_notes, timed
@@ -329,7 +329,11 @@ def _add_reranked(scored: Scored, stage: Any, spec: str, runs: Mapping[str, Mapp
             after[counts] = _delta(after[counts], before[counts])
     scored.configs[name] = {"first_stage": spec, "reranker": after}
     scored.seconds[name] = scored.seconds[spec] + seconds
-    failed = after.get("report", {}).get("failed", 0)
+    failed, windows = after.get("report", {}).get("failed", 0), after.get("report", {}).get("windows", 0)
+    if windows and failed == windows:
+        raise EmptyResult(f"reranker {stage.spec.name!r} on {spec}: all {windows} reranking windows failed "
+                          f"({after['report'].get('failures')}), so every ranking kept the first-stage order and "
+                          f"{name!r} would only repeat {spec!r}; nothing was written")  # fmt: skip
     if failed:
         for strategy in reranked:
             scored.coverage[scored.display_name(name, strategy)].setdefault("warnings", []).append(

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from convrag.core.errors import ConvragError, DataError
+from convrag.core.errors import ConvragError, DataError, EmptyResult
 from convrag.retrievers.query_text import QueryText
 
 SEP = "\n"
@@ -203,6 +203,7 @@ def rewrite_messages(turn: Turn) -> list[dict[str, str]]:
 
 def _rewrite(turn: Turn, llm: Any) -> str:
     from convrag.llm import LLMFailure
+    from convrag.llm.replies import is_non_answer
 
     if not turn.history_string():
         return turn.query.strip()
@@ -210,6 +211,9 @@ def _rewrite(turn: Turn, llm: Any) -> str:
     text = clean_rewrite(reply)
     if not text:
         raise LLMFailure(f"no query in the rewrite reply for {turn.qid!r} (reply: {reply[:80]!r})", attempts=1,
+                         last_text=reply)
+    if is_non_answer(text):
+        raise LLMFailure(f"the rewrite reply for {turn.qid!r} declines or says nothing ({text[:80]!r})", attempts=1,
                          last_text=reply)
     return text
 
@@ -220,7 +224,8 @@ def rewrite_text(turn: Turn, llm: Any) -> QueryText:
     Prompt ``query_rewrite``; replies are cached on disk by the LLM layer. Turns without history are not sent to the
     LLM: their query is already self-contained.
 
-    Raises :class:`~convrag.llm.LLMFailure` when the LLM fails or replies with nothing usable.
+    Raises :class:`~convrag.llm.LLMFailure` when the LLM fails or replies with nothing usable: no query, or a
+    refusal or non-answer (:func:`convrag.llm.replies.is_non_answer`, e.g. "Honestly I could not say.").
     """
     return QueryText([], [_rewrite(turn, llm)])
 
@@ -320,7 +325,9 @@ def format_queries(
 
     ``llm``: an :class:`~convrag.llm.LLM` or spec string (only ``rewrite`` uses it). ``on_failure``:
     ``"error"`` raises :class:`RewriteError` listing the failed turns (successful rewrites stay cached);
-    ``"baseline"`` uses the baseline text for them and lists them in ``fallbacks``. ``concurrency``: turns
+    ``"baseline"`` uses the baseline text for them and lists them in ``fallbacks``; when every turn sent to the LLM
+    failed, :class:`~convrag.core.errors.EmptyResult` is raised either way (the strategy would only repeat the
+    baseline). ``concurrency``: turns
     rewritten at once (None: the LLM's own bound on requests in flight, its ``max_concurrency``).
     """
     if on_failure not in ("error", "baseline"):
@@ -346,6 +353,10 @@ def format_queries(
     bar.close()
     done = {t.qid: text for t, text in zip(pending, batch.results, strict=True) if text is not None}
     failures = {pending[i].qid: reason for i, reason in sorted(batch.failures.items())}
+    if pending and len(failures) == len(pending):
+        first = next(iter(failures.items()))
+        raise EmptyResult(f"query rewrite ({strategy.name}) failed for all {len(pending)} turns that needed it "
+                          f"(first: {first[0]}: {first[1]}): the strategy would only repeat the baseline")
     if failures and on_failure == "error":
         first = next(iter(failures.items()))
         raise RewriteError(f"query rewrite failed for {len(failures)} of {len(pending)} turns "
