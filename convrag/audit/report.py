@@ -22,6 +22,7 @@ from convrag.core.provenance import local_path
 from convrag.judging import mtr_eval
 from convrag.judging import recor as recor_judges
 from convrag.judging.verdict import failure_kind
+from convrag.llm.replies import constant_verdicts
 from convrag.metrics.audit.aggregate import aggregate_labels, aggregate_scores
 from convrag.metrics.audit.judging import LABEL_SETS
 
@@ -55,8 +56,28 @@ def summarize(runs: Sequence[AuditRun]) -> dict[str, Any]:
             "verdicts": len(run.verdicts), "all": _aggregate(run.verdicts),
             "completeness_chance": sum(1 / n for n in shown if n) / len(shown) if shown else None,
             "domains": {d: _aggregate(vs) for d, vs in sorted(by_domain.items()) if d},
+            "constant_verdicts": constant(run.verdicts),
         }
     return out
+
+
+def constant(verdicts: Sequence[Any]) -> list[dict[str, str]]:
+    """Every (judge, dimension) whose readable verdicts (scores, or labels for the label dimensions) do not vary
+    over enough items (:func:`convrag.llm.replies.constant_verdicts`), with the sentence that says so."""
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for v in verdicts:
+        value = v.label if v.dimension in LABEL_SETS else v.score
+        groups.setdefault((v.judge, v.dimension), []).append(None if v.error else value)
+    return [{"judge": judge, "dimension": dim, "text": line} for (judge, dim), values in groups.items()
+            if (line := constant_verdicts(values)) is not None]
+
+
+def caution_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The "Read with care" block of summary.md: judges whose verdicts on a dimension do not vary (nothing when every
+    judge's verdicts vary)."""
+    found = [f"- {name}, {c['judge']}, {c['dimension']}: {c['text']}." for name, bench in summary["benchmarks"].items()
+             for c in bench.get("constant_verdicts") or []]
+    return ["## Read with care", "", *found, ""] if found else []
 
 
 def coverage(runs: Sequence[AuditRun], dimensions: Sequence[str]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -151,10 +172,11 @@ def judge_lines(summary: Mapping[str, Any]) -> list[str]:
 
 
 def render(summary: Mapping[str, Any]) -> str:
-    """The Markdown tables, under an ``INCOMPLETE: ...`` line when ``summary["complete"]`` is False and the judges'
-    line (:func:`judge_lines`). Each mean shows the readable verdicts behind it and those excluded."""
+    """The Markdown tables, under an ``INCOMPLETE: ...`` line when ``summary["complete"]`` is False, the judges'
+    line (:func:`judge_lines`) and the judges whose verdicts do not vary (:func:`caution_lines`). Each mean shows the
+    readable verdicts behind it and those excluded."""
     lines = [f"INCOMPLETE: {summary.get('incomplete')}", ""] if summary.get("complete") is False else []
-    lines += judge_lines(summary)
+    lines += judge_lines(summary) + caution_lines(summary)
     lines += ["## MTR-Eval (mean over judges; Comp. = accuracy of picking the gold among the shown candidates, "
              "chance = mean of 1 / candidates)", "",
              "| Benchmark | Comp. | Comp. x5 | chance | Q-E | A-E | Qual. |", "|---|---|---|---|---|---|---|"]

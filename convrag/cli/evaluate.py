@@ -321,6 +321,9 @@ def cmd_evaluate_generation(args: argparse.Namespace) -> int:
         write_outputs(result, out)
     print(render_tables(result, digits=args.digits))
     print(f"Wrote {out}/per_task.jsonl, results.json and results.md")
+    flags = result["summary"]["degenerate"]["flags"]
+    if flags:
+        print(f"convrag evaluate-generation: warning: degenerate answers: {'; '.join(flags)}", file=sys.stderr)
     if any(is_placeholder(j) for j in judges):
         print(f"\nWarning: {PLACEHOLDER_WARNING}. To measure, {REAL_MODEL_HINT.replace('point it', 'point --judge')}.")
     return 0

@@ -16,6 +16,7 @@ from typing import Any
 
 from convrag.core.jsonl import json_safe
 from convrag.evaluation.data import Folder
+from convrag.llm.replies import answer_checks
 from convrag.llm.spec import PLACEHOLDER_WARNING, REAL_MODEL_HINT
 from convrag.metrics.generation.aggregate import CONDITIONED, RAW
 from convrag.metrics.generation.io import TaskList, tasks_from_rows
@@ -29,6 +30,8 @@ LABELS = {"rb_alg": "RB_alg", "rb_llm": "RB_llm", "rl_f": "RL_F", "harmonic": "p
 
 def evaluate_generation(tasks: Sequence[GenerationTask], **score_kwargs: Any) -> dict[str, Any]:
     """Score ``tasks`` with :func:`score_generation` and return ``{"summary", "per_task"}`` (JSON-ready).
+    ``summary["degenerate"]`` says whether the answers scored are all empty or refusals, or mostly one text
+    (:func:`convrag.llm.replies.answer_checks`; results.md then opens with them).
 
     Tasks read with ``allow_missing=True`` carry the ids that had no prediction; they are reported in
     ``summary["counts"]["missing_predictions"]``, and predictions with an empty ``contexts`` list in
@@ -41,6 +44,7 @@ def evaluate_generation(tasks: Sequence[GenerationTask], **score_kwargs: Any) ->
     out["summary"]["counts"]["missing_prediction_ids"] = missing
     out["summary"]["counts"]["empty_contexts"] = getattr(tasks, "empty_contexts", 0)
     out["summary"]["source"] = getattr(tasks, "source", None)
+    out["summary"]["degenerate"] = answer_checks([t.prediction for t in tasks])
     return json_safe(out)
 
 
@@ -118,7 +122,9 @@ def render_tables(result: Mapping[str, Any], digits: int = 4) -> str:
     metrics = [m for m in CONDITIONED if m in s["metrics"]]
     overall, rank, counts = s["overall"], s["ranking"], s["counts"]
     notes = table_notes(s)
-    lines = [f"## Generation scores ({s['mode']} mode, {s['conditioning']} conditioning)", "", *notes,
+    flags = (s.get("degenerate") or {}).get("flags") or []
+    lines = (["## Read with care", "", *(f"- Degenerate answers: {f}." for f in flags), ""] if flags else []) + [
+        f"## Generation scores ({s['mode']} mode, {s['conditioning']} conditioning)", "", *notes,
              "Means over scored tasks with 95% bootstrap intervals. Conditioned metrics follow the answerability "
              "rules; raw ones are before conditioning.", "", "| metric | mean [95% CI] | n |", "|---|---|---|"]
     for m in [*metrics, "harmonic", *RAW]:

@@ -11,7 +11,10 @@ answer, only the report is written (``"complete": false`` and the reason; an ear
 the same ``--out`` are removed, so that none stays beside another run's report) and the command fails (exit 1) with
 one line naming the counts and what was removed. Outputs never replace inputs: ``--out``, the report, the run file
 and the cache folder may not be, or contain, the built folder or the ``--run`` file. An existing output is replaced
-only when it is an earlier output of this command (:func:`_earlier_report`); anything else is refused before any work.
+only when it is an earlier output of this command (:func:`_earlier_report`) for the same built folder (another folder's
+answers only with ``--overwrite``); anything else is refused before any work. The report's ``degenerate`` says
+whether the answers are all empty or refusals, or mostly one text (:func:`convrag.llm.replies.answer_checks`); a
+degenerate set is also one warning line on stderr.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +142,7 @@ def run_command(args: argparse.Namespace) -> int:
     from convrag.core.progress import scope, wanted
     from convrag.generate.answer import generate_answers, judge_line, mtrag_line
     from convrag.generate.tasks import collect_items
+    from convrag.llm.replies import answer_checks
     from convrag.llm.spec import SPEC_ENV, is_placeholder
     from convrag.metrics.retrieval.trec import safe_token, write_run
     from convrag.retrievers.registry import check_retrievers
@@ -199,6 +204,7 @@ def run_command(args: argparse.Namespace) -> int:
         os.replace(tmp, run_path)
         written.append(str(run_path))
     report = _report(args, manifest, collected, result, label, placeholder, out, run_path)
+    report["degenerate"] = answer_checks(list(result.answers.values()))
     write_json_atomic(report_path, report)
     written.append(str(report_path))
     _print_report(report, result, written)
@@ -268,6 +274,10 @@ def _print_report(report: dict[str, Any], result: Any, written: list[str]) -> No
     for note, n in counts["without_passages"].items():
         print(f"{n} {unit} without passages: {note}")
     print("Wrote " + ", ".join(written))
+    flags = (report.get("degenerate") or {}).get("flags") or []
+    if flags:
+        print(f"convrag generate: warning: degenerate answers: {'; '.join(flags)} (report: degenerate)",
+              file=sys.stderr)
     if report["placeholder"]:
         hint = REAL_MODEL_HINT.replace("point it", "Point --llm")
         print(f"\nWarning: the answers come from the embedded {PLACEHOLDER_MODEL} placeholder: they only show that "

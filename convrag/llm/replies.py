@@ -1,9 +1,13 @@
 """Reading a model's free-text reply: the part after a reasoning block, whether it declines the task, and whether it
-gives nothing to use."""
+gives nothing to use; and whether a set of answers or of judge verdicts is degenerate (the thresholds are the
+module's constants; docs/guides/degenerate-output.md says why)."""
 
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
 
 _CANNOT = r"I\s+(?:can\s?not|can['\u2019]t|am\s+(?:unable|not\s+able)|won['\u2019]t|will\s+not|must\s+decline)"
 
@@ -51,3 +55,52 @@ def is_non_answer(text: str) -> bool:
     if _EMPTY_WORD.match(text):
         return True
     return len(text.split()) <= NON_ANSWER_MAX_WORDS and _NON_ANSWER.search(text) is not None
+
+
+#: answers: flagged when this share (or more) of at least :data:`MIN_ANSWERS` answers is one text, or is empty or a
+#: refusal
+DEGENERATE_SHARE = 0.5
+MIN_ANSWERS = 4
+#: judge verdicts: flagged when at least this many verdicts of one judge on one dimension are all the same
+MIN_VERDICTS = 10
+
+
+def _norm(text: str) -> str:
+    return " ".join(strip_reasoning(text).split()).casefold()
+
+
+def answer_checks(answers: Sequence[str]) -> dict[str, Any]:
+    """Whether a set of generated answers is degenerate: ``n``, ``empty`` (blank), ``refusals`` (:func:`is_refusal`),
+    ``most_common`` ({text, count}: the most frequent answer, compared with whitespace collapsed and case folded) and
+    ``flags``, one sentence per finding: every answer empty or a refusal; at least :data:`DEGENERATE_SHARE` of them
+    empty or refusals; at least that share one and the same text (both with at least :data:`MIN_ANSWERS` answers).
+    Answers that say "I don't know" are not flagged as such: unanswerable turns expect them."""
+    texts = [strip_reasoning(a).strip() for a in answers]
+    n = len(texts)
+    empty = sum(not t for t in texts)
+    refusals = sum(bool(t) and is_refusal(t) for t in texts)
+    counts = Counter(_norm(t) for t in texts if t)
+    top, top_n = counts.most_common(1)[0] if counts else ("", 0)
+    text = next((t for t in texts if t and _norm(t) == top), "")
+    flags = []
+    if n and empty + refusals == n:
+        flags.append(f"every one of the {n} answers is empty or a refusal")
+    elif n >= MIN_ANSWERS and (empty + refusals) / n >= DEGENERATE_SHARE:
+        flags.append(f"{empty + refusals} of {n} answers are empty ({empty}) or refusals ({refusals})")
+    if n >= MIN_ANSWERS and top_n / n >= DEGENERATE_SHARE and empty + refusals != n:
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        flags.append(f"{top_n} of {n} answers are the same text ({shown!r})")
+    return {"n": n, "empty": empty, "refusals": refusals, "most_common": {"text": text, "count": top_n},
+            "flags": flags}
+
+
+def constant_verdicts(scores: Sequence[float | int | str | None]) -> str | None:
+    """A sentence when one judge's verdicts on one dimension do not vary: at least :data:`MIN_VERDICTS` usable
+    verdicts (None left out), all the same value; else None."""
+    usable = [s for s in scores if s is not None]
+    if len(usable) < MIN_VERDICTS or len(set(usable)) != 1:
+        return None
+    value = usable[0]
+    shown = int(value) if isinstance(value, float) and value.is_integer() else value
+    return (f"all {len(usable)} verdicts are {shown}: the judge does not tell these items apart, so its mean "
+            "says nothing about them")

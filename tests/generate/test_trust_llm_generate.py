@@ -430,3 +430,50 @@ def test_deeply_nested_structured_replies_are_unreadable_in_strict_mode(
     assert all(r["clarification"] is None and r["fallbacks"]["clarification"] for r in asked)
     assert all(r["excluded_reason"] == "unreadable judge reply (strict mode)" and r["rb_llm"] is None for r in rows)
     assert not any(r["call_failures"]["clarification"] or r["call_failures"]["rl_f"] for r in rows)
+
+
+# --- degenerate output: one text for every answer, a judge that never varies --------------------------------------
+def test_identical_answers_and_constant_verdicts_are_flagged(recor: Path, server: FakeServer, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A generator that answers "OK." to every turn: generate's report and one stderr line say so, and so do
+    evaluate-generation's results.json, results.md and console, where a judge that grades every answer alike is
+    flagged too; an audit judge that labels every turn "how" is flagged in summary.json, summary.md and on the
+    console."""
+    answers = tmp_path / "ok.jsonl"
+    server.responder = lambda body: "OK."
+    code, _, err = cli(capsys, "generate", str(recor), "--mode", "none", "--out", str(answers), "--llm", spec(server),
+                       "--no-progress")
+    assert code == 0, err
+    report = json.loads((tmp_path / "ok.report.json").read_text(encoding="utf-8"))
+    n = report["counts"]["answered"]
+    assert n >= 10 and report["degenerate"]["flags"] == [f"{n} of {n} answers are the same text ('OK.')"]
+    assert err.strip() == (f"convrag generate: warning: degenerate answers: {n} of {n} answers are the same text "
+                           "('OK.') (report: degenerate)")
+
+    # a judge that gives every answer the same grades
+    server.responder = lambda body: ('Here is my evaluation of the generated answer:\n\n'
+                                     '{"correctness": 2, "completeness": 2, "relevance": 3, "coherence": 5}')
+    out = tmp_path / "scores"
+    code, _, err = cli(capsys, "evaluate-generation", str(recor), "--predictions", str(answers), "--judge",
+                       spec(server, "judge"), "--lexical", "rouge-l", "--out", str(out), *FAST)
+    assert code == 0, err
+    summary = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    flags = [f for checks in summary["degenerate"].values() for f in checks["flags"]]
+    assert flags == [f"{n} of {n} answers are the same text ('OK.')"]
+    md = (out / "results.md").read_text(encoding="utf-8")
+    assert md.startswith("## Read with care\n\n") and "degenerate answers: " in md.split("\n## ", 1)[0]
+    assert f"degenerate answers: {n} of {n} answers are the same text ('OK.')" in err
+    assert sorted(summary["constant_verdicts"]) == ["coherence", "completeness", "correctness", "relevance"]
+    assert summary["constant_verdicts"]["coherence"].startswith(f"all {n} verdicts are 5: the judge does not tell")
+    assert f"Judge dimension coherence: all {n} verdicts are 5" in md and f"all {n} verdicts are 5" in err
+
+    server.responder = lambda body: 'It asks how something works.\nEvidence: "how"\nQuestion pattern: how'
+    audit = tmp_path / "audit"
+    code, _, err = cli(capsys, "audit", str(recor), "--dimensions", "question_pattern", "--judge",
+                       spec(server, "judge"), "--no-progress", "--out", str(audit))
+    assert code == 0, err
+    flagged = json.loads((audit / "summary.json").read_text(encoding="utf-8"))["benchmarks"]["recor"]
+    [constant] = flagged["constant_verdicts"]
+    assert constant["dimension"] == "question_pattern" and constant["text"].startswith("all 13 verdicts are how")
+    assert "## Read with care" in (audit / "summary.md").read_text(encoding="utf-8")
+    assert "convrag audit: warning: recor, " in err and "question_pattern: all 13 verdicts are how" in err

@@ -29,6 +29,7 @@ from convrag.benchmarks.recor.generation_profile import DEFAULT_PROFILE, compara
 from convrag.core.errors import ConvragError, DataError
 from convrag.core.jsonl import read_jsonl
 from convrag.llm import LLM, EndpointUnreachable, LLMError, load_prompt, run_batch
+from convrag.llm.replies import answer_checks, constant_verdicts
 from convrag.metrics.generation.judges import lower_keys
 
 DIMENSIONS = ("correctness", "completeness", "relevance", "coherence", "faithfulness")
@@ -379,4 +380,8 @@ def score_generation(bench: Benchmark, files: Sequence[PredictionFile], judges: 
                "comparability": comparability(prof, bench.report == "recor", judge_info, described)}
     summary = summarise(rows, files, bench, judge_info, described, runs, scoring)
     summary["llm_report"] = {j.spec: j.report.to_dict() for j in judges}
+    summary["degenerate"] = {f.label: answer_checks([p.text for p in f.predictions.values()]) for f in files}
+    dimensions = list(dict.fromkeys(d for r in rows if r["judged"] for d in r["grades"]))
+    summary["constant_verdicts"] = {d: line for d in dimensions if (line := constant_verdicts(
+        [r["grades"].get(d) for r in rows if r["judged"]])) is not None}
     return {"per_turn": rows, "summary": summary}

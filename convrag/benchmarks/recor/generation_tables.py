@@ -172,6 +172,15 @@ def _table(head: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in body), ""]
 
 
+def caution_lines(s: Mapping[str, Any]) -> list[str]:
+    """The "Read with care" block that opens results.md: degenerate answer files and judge dimensions whose verdicts
+    do not vary (nothing when there is neither)."""
+    found = [f"- {label}: degenerate answers: {flag}." for label, checks in (s.get("degenerate") or {}).items()
+             for flag in checks["flags"]]
+    found += [f"- Judge dimension {d}: {line}." for d, line in (s.get("constant_verdicts") or {}).items()]
+    return ["## Read with care", "", *found, ""] if found else []
+
+
 def _notes(s: Mapping[str, Any], settings_line: bool) -> list[str]:
     judge, counts = s["judge"], s["counts"]
     lines = [f"Judge: {', '.join(judge['judges'])} ({judge['combine']}), prompt {judge['prompt']}.",
@@ -219,7 +228,8 @@ def render_tables(result: Mapping[str, Any], digits: int = 3, settings_line: boo
     ``settings_line``: put the scale / comparability line among the notes (the command prints it last instead)."""
     s = result["summary"]
     modes = _by_mode(s)
-    lines = [f"## Generation scores: {s['benchmark'] or s['folder']} ({s['split']})", "", *_notes(s, settings_line)]
+    lines = [*caution_lines(s), f"## Generation scores: {s['benchmark'] or s['folder']} ({s['split']})", "",
+             *_notes(s, settings_line)]
     for mode, systems in modes.items():
         lines += [f"### Table {MODE_TABLE[mode]}: LLM-judge average by domain ({MODE_LABELS[mode]} mode)", ""]
         body = [[d, *[_n(e["judge_average"]["by_domain"].get(d), digits) for e in systems]] for d in s["domains"]]
