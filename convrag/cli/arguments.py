@@ -107,14 +107,26 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
          f"convrag evaluate-generation out/recor --predictions answers/oracle.jsonl --judge {_LLM}"),
     ),
     "synthesize": (
+        ("RECOR's D&V over 5 answerable MTRAG turns (options: convrag synthesize recor --help)",
+         f"convrag synthesize recor --input {_CONVERSATIONS} --option input_format=mtrag --option domain=politics "
+         "--option limit=5 --out out/dv --dry-run"),
+        ("MTR-Pipeline over a built corpus (options: convrag synthesize mtr --help)",
+         "convrag synthesize mtr --corpus out/mtrag --option conversations=5 --out out/mtr --dry-run"),
+    ),
+    "synthesize recor": (
         ("RECOR's D&V over 5 answerable MTRAG turns: the estimate, then the run",
          f"convrag synthesize recor --input {_CONVERSATIONS} --option input_format=mtrag --option domain=politics "
          "--option limit=5 --out out/dv --dry-run"),
         ("", f"convrag synthesize recor --input {_CONVERSATIONS} --option input_format=mtrag --option domain=politics "
              f"--option limit=5 --out out/dv --llm {_LLM}"),
+    ),
+    "synthesize mtr": (
         ("MTR-Pipeline's estimate for 5 conversations over a built corpus (agents: $CONVRAG_LLM or --questioner, "
          "--responder, --polisher SPEC)", "convrag synthesize mtr --corpus out/mtrag --option conversations=5 --out "
                                           "out/mtr --dry-run"),
+        ("the run, every agent on one real model",
+         f"convrag synthesize mtr --corpus out/mtrag --option conversations=5 --out out/mtr --questioner {_LLM} "
+         f"--responder {_LLM} --polisher {_LLM}"),
     ),
     "audit": (("what judging a build would cost", f"convrag audit out/recor --judge {_LLM} --dry-run"),
               ("RECOR's quality judges on 10 sampled turns",

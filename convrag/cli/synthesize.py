@@ -7,45 +7,63 @@ import argparse
 import os
 
 from convrag.cli.arguments import NO_PROGRESS_HELP
-from convrag.core.errors import ConvragError
 from convrag.core.options import parse_options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Register ``synthesize`` on the subparsers ``sub``."""
+    """Register ``synthesize`` on the subparsers ``sub``, with one parser (and one ``--help``) per pipeline."""
+    from convrag.cli.arguments import EXAMPLES, HelpParser, examples_text
+
     p = sub.add_parser("synthesize", help="make a benchmark from your own data (mtr: MTR-Pipeline over a corpus; "
-                                          "recor: RECOR's Decomposition-and-Verification over question-answer items)")
-    p.add_argument("pipeline", choices=("mtr", "recor"),
-                   help="mtr: MTR-Suite's MTR-Pipeline (curate, cluster, converse, polish, assemble); recor: RECOR's "
-                        "Decomposition-and-Verification (load, align, aspects, facts, turns, release)")
-    p.add_argument("--input", metavar="FILE",
-                   help="recor: the question-answer items: JSONL {id, query, answer, documents [{doc_id, text}], "
-                        "reasoning?, domain?, negatives?}, a BRIGHT examples file (--option input_format=bright "
-                        "--option documents=BRIGHT_DOCS.jsonl) or MTRAG conversations.json (--option "
-                        "input_format=mtrag --option domain=NAME)")
-    p.add_argument("--llm", metavar="SPEC", help="recor: LLM spec of every D&V step (default: $CONVRAG_LLM or the "
-                                                 "embedded placeholder), e.g. openai:MODEL@URL")
-    p.add_argument("--corpus", metavar="SOURCE",
-                   help="the corpus: a JSONL / Parquet file (_id or id, title, text), a folder of them, or a folder "
-                        "written by `convrag build` (its corpus config)")
-    p.add_argument("--corpus-config", help="config of a built folder holding the corpus (default: its only *corpus)")
-    p.add_argument("--out", required=True, help="output folder; rerunning the same command resumes an interrupted run")
-    p.add_argument("--stages", help="stages to run (default: all of the pipeline's: mtr curate,cluster,converse,"
-                                    "polish,assemble; recor load,align,aspects,facts,turns,release)")
-    p.add_argument("--option", action="append", metavar="KEY=VALUE",
-                   help="stage option (repeatable), e.g. chunk_size=1024, quality=heuristic, cluster_size=8, k=100, "
-                        "index=flat|hnsw|ivf, method=greedy|random, turns=12, conversations=1000, answer_words=N, "
-                        "switch_ratio=0.5, layout=splice|paper, test_size=1000, profile=authors|convrag; recor: "
-                        "input_format=jsonl|bright|mtrag, documents=PATH, negatives=PATH, domain=NAME, limit=N, "
-                        "threshold=5.0, max_turns=12; an unknown key lists the valid ones")
+                                          "recor: RECOR's Decomposition-and-Verification over question-answer items)",
+                       description="Run or resume a synthesis pipeline; `convrag synthesize PIPELINE --help` lists "
+                                   "its options.")
+    pipelines = p.add_subparsers(dest="pipeline", required=True, metavar="PIPELINE", parser_class=HelpParser)
+    mtr = pipelines.add_parser("mtr", help="MTR-Suite's MTR-Pipeline over a corpus (curate, cluster, converse, polish, "
+                                           "assemble) -> an MTR-Bench-shaped benchmark",
+                               formatter_class=argparse.RawDescriptionHelpFormatter,
+                               epilog=examples_text(EXAMPLES["synthesize mtr"]))
+    mtr.add_argument("--corpus", metavar="SOURCE", required=True,
+                     help="the corpus: a JSONL / Parquet file (_id or id, title, text), a folder of them, or a folder "
+                          "written by `convrag build` (its corpus config)")
+    mtr.add_argument("--corpus-config", help="config of a built folder holding the corpus (default: its only *corpus)")
+    _common(mtr, "curate,cluster,converse,polish,assemble",
+            "chunk_size=1024, min_length=N, quality=heuristic, cluster_size=8, k=100, index=flat|hnsw|ivf, "
+            "method=greedy|random, turns=12, conversations=1000, answer_words=N, max_history_tokens=700, "
+            "switch_ratio=0.5, layout=splice|paper, test_size=1000, test_fraction=0.2")
     for role, does in (("questioner", "asks the questions"), ("responder", "answers them"),
                        ("polisher", "rewrites follow-up questions casually")):
-        p.add_argument(f"--{role}", metavar="SPEC", help=f"LLM spec of the model that {does} (default: $CONVRAG_LLM "
-                                                          "or the embedded placeholder), e.g. openai:MODEL@URL")
+        mtr.add_argument(f"--{role}", metavar="SPEC", help=f"LLM spec of the model that {does} (default: $CONVRAG_LLM "
+                                                            "or the embedded placeholder), e.g. openai:MODEL@URL")
+    mtr.add_argument("--tasks", type=int, help="datatrove tasks for curation (default 1; split big corpora in files)")
+    mtr.add_argument("--workers", type=int, help="datatrove worker processes run at once (default 1)")
+
+    recor = pipelines.add_parser("recor", help="RECOR's Decomposition-and-Verification over question-answer items "
+                                               "(load, align, aspects, facts, turns, release) -> a RECOR-shaped "
+                                               "benchmark", formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=examples_text(EXAMPLES["synthesize recor"]))
+    recor.add_argument("--input", metavar="FILE", required=True,
+                       help="the question-answer items: JSONL {id, query, answer, documents [{doc_id, text}], "
+                            "reasoning?, domain?, negatives?}, a BRIGHT examples file (--option input_format=bright "
+                            "--option documents=BRIGHT_DOCS.jsonl) or MTRAG conversations.json (--option "
+                            "input_format=mtrag --option domain=NAME)")
+    _common(recor, "load,align,aspects,facts,turns,release",
+            "input_format=jsonl|bright|mtrag, documents=PATH, negatives=PATH, domain=NAME, limit=N, "
+            "profile=authors|convrag, threshold=N (gold-document score; default 4.0 under authors, 5.0 under "
+            "convrag), max_turns=12, num_aspects=N, max_facts=5")
+    recor.add_argument("--llm", metavar="SPEC", help="LLM spec of every D&V step (default: $CONVRAG_LLM or the "
+                                                     "embedded placeholder), e.g. openai:MODEL@URL")
+    p.set_defaults(func=cmd_synthesize)
+
+
+def _common(p: argparse.ArgumentParser, stages: str, options: str) -> None:
+    """The arguments both pipelines take; ``stages`` and ``options`` are the pipeline's for the help."""
+    p.add_argument("--out", required=True, help="output folder; rerunning the same command resumes an interrupted run")
+    p.add_argument("--stages", help=f"stages to run (default: all: {stages})")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE",
+                   help=f"stage option (repeatable), e.g. {options}; an unknown key lists the valid ones")
     p.add_argument("--concurrency", type=int, help="LLM requests in flight at once: conversations (or items) worked "
                    "on together, across shards (default 8)")
-    p.add_argument("--tasks", type=int, help="datatrove tasks for curation (default 1; split big corpora in files)")
-    p.add_argument("--workers", type=int, help="datatrove worker processes run at once (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
     p.add_argument("--redo", metavar="STAGE[,STAGE]", help="clear these stages (and the later ones) and run them again")
     p.add_argument("--dry-run", action="store_true", help="print records, LLM calls, tokens and cost; write nothing")
@@ -65,8 +83,6 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     if args.pipeline == "recor":
         from convrag.synthesis.recor.pipeline import DEFAULT_STAGES, recor_pipeline
 
-        if args.corpus or args.corpus_config:
-            raise ConvragError("synthesize recor reads question-answer items: give --input FILE, not --corpus")
         for name in ("llm", "concurrency"):
             if getattr(args, name) is not None:
                 options[name] = getattr(args, name)
@@ -77,9 +93,6 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
     else:
         from convrag.synthesis.mtr.pipeline import DEFAULT_STAGES, mtr_pipeline
 
-        if args.input or args.llm:
-            raise ConvragError("--input and --llm are options of synthesize recor; the MTR pipeline takes --corpus "
-                               "and --questioner / --responder / --polisher")
         for name in ("tasks", "workers", "questioner", "responder", "polisher", "concurrency"):
             if getattr(args, name) is not None:
                 options[name] = getattr(args, name)
@@ -91,8 +104,9 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
         build_hint = f"Build it: convrag build mtr-bench --source {args.out}/assemble --out BUILT"
     progress = wanted(args.no_progress)
     # the run's inputs (an error naming a missing one) never become its output; --dry-run only checks
-    inputs = [args.corpus, args.input, *option_paths(options), *pipeline.input_files()]
-    folder = (f"synthesize {args.pipeline}", pipeline.name, [args.corpus])
+    corpus, items = getattr(args, "corpus", None), getattr(args, "input", None)
+    inputs = [corpus, items, *option_paths(options), *pipeline.input_files()]
+    folder = (f"synthesize {args.pipeline}", pipeline.name, [corpus])
     if args.dry_run:
         check_run_folder(args.out, inputs, *folder)
         print(f"Dry run of {pipeline.name} ({', '.join(s.name for s in pipeline.stages)}): nothing is written.")

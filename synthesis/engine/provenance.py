@@ -1,5 +1,8 @@
 """What a synthesized benchmark was made from: ``synthesis.json``, written by a pipeline's last stage beside the
-files a builder reads (``OUT/assemble/``, ``OUT/release/``), and read back by ``convrag build`` for the card.
+files a builder reads (``OUT/assemble/``, ``OUT/release/``), and read back by ``convrag build`` for the card; the MTR
+release's Parquet files carry the same record in their schema metadata (:data:`METADATA_KEY`), so that copies of
+them build as what they are. (RECOR's release is JSONL, which has no place for it: copied without its
+``synthesis.json``, it builds as RECOR-shaped data of unknown origin, under the RECOR card.)
 Nothing in it depends on the time of the run, so a rerun that changes nothing writes the same bytes. Record::
 
     pipeline: str            "mtr" (MTR-Pipeline) or "recor-dv" (RECOR Decomposition-and-Verification)
@@ -30,6 +33,8 @@ if TYPE_CHECKING:
     from convrag.synthesis.engine.pipeline import Estimate
 
 FILE = "synthesis.json"
+#: the Parquet schema metadata key that holds the same record inside a release's files
+METADATA_KEY = b"convrag.synthesis"
 #: pipeline -> (its name in cards, the benchmark whose schema it writes, what the paper calls the method)
 PIPELINES = {
     "mtr": ("MTR-Pipeline", "MTR-Bench", "MTR-Suite (ACL 2026), section 4"),
@@ -134,6 +139,31 @@ def run_record(folder: Path) -> dict[str, Any] | None:
     return make_record(pipeline=pipeline, out=folder.parent, stages=stages, corpus=corpus, seed=params.get("seed"))
 
 
+def parquet_metadata(record: dict[str, Any]) -> dict[bytes, bytes]:
+    """Schema metadata that carries ``record`` inside a Parquet file (:data:`METADATA_KEY`)."""
+    return {METADATA_KEY: json.dumps(record, ensure_ascii=False).encode()}
+
+
+def parquet_record(folder: Path) -> dict[str, Any] | None:
+    """The record in the schema metadata of the first Parquet file of ``folder`` (sorted by name) that holds one;
+    None when none does."""
+    import pyarrow.parquet as pq
+
+    for path in sorted(folder.glob("*.parquet")):
+        try:
+            raw = (pq.read_schema(path).metadata or {}).get(METADATA_KEY)
+        except (OSError, ValueError):
+            continue
+        if raw is not None:
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                raise DataError(f"unreadable {METADATA_KEY.decode()} schema metadata", str(path)) from None
+            if isinstance(record, dict) and record.get("pipeline") in PIPELINES:
+                return record
+    return None
+
+
 def write_record(folder: Path, *, pipeline: str, out: Path, stages: Sequence[str], corpus: str | None,
                  seed: int) -> dict[str, Any]:
     """Write ``folder/synthesis.json`` (through a temporary file and a rename) and return the record."""
@@ -146,8 +176,9 @@ def write_record(folder: Path, *, pipeline: str, out: Path, stages: Sequence[str
 
 def read_record(source: Any) -> dict[str, Any] | None:
     """The ``synthesis.json`` of a build's ``source`` option (a folder, or a mapping whose local paths' folders are
-    searched), else the record rebuilt from the run folder of a last stage that predates it (:func:`run_record`);
-    None when there is neither (a published benchmark)."""
+    searched), else the record rebuilt from the run folder of a last stage that predates it (:func:`run_record`),
+    else the record in its Parquet files' schema metadata (:func:`parquet_record`: files copied away from their
+    run folder); None when there is none (a published benchmark)."""
     values = source.values() if isinstance(source, dict) else [source] if source is not None else []
     for value in values:
         if not isinstance(value, (str, os.PathLike)) or "://" in str(value):
@@ -160,7 +191,7 @@ def read_record(source: Any) -> dict[str, Any] | None:
                 if isinstance(record, dict) and record.get("pipeline") in PIPELINES:
                     return record
         for folder in folders:
-            record = run_record(folder)
+            record = run_record(folder) or parquet_record(folder)
             if record is not None:
                 return record
     return None

@@ -4,7 +4,8 @@ Input: the conversation records of ``OUT/polish`` (or of ``OUT/converse`` when t
 Output under ``OUT/assemble/``, a source for ``convrag build mtr-bench --source OUT/assemble``: ``test.parquet`` and
 ``train.parquet`` (one row per turn, :func:`turn_rows`, conversations in consecutive rows), ``corpus.parquet``
 (MTR-DOCUMENT: every document of the run's corpus, row number = ``document_idx``) and ``synthesis.json`` (the corpus
-and the models that wrote the conversations, ``synthesis.engine.provenance``, for the built benchmark's card). A
+and the models that wrote the conversations, ``synthesis.engine.provenance``, for the built benchmark's card); the
+same record is in each Parquet file's schema metadata, so the files copied anywhere still build as a synthesis. A
 split with no conversation gets no file (the builder refuses a split file without rows; it builds those it finds).
 
 Layouts (:func:`assemble`): ``splice`` (default, the current 12-turn release) cuts random pairs of complete
@@ -32,6 +33,7 @@ import pyarrow.parquet as pq
 from convrag.core.errors import ConvragError
 from convrag.synthesis.engine.fingerprint import ReadsCorpus
 from convrag.synthesis.engine.pipeline import REPORT_FILE, Estimate, Stage, StageContext, StageReport
+from convrag.synthesis.engine.provenance import make_record, parquet_metadata, write_record
 from convrag.synthesis.engine.records import count_records, read_records
 from convrag.synthesis.mtr.documents import CorpusRef, fetch_documents, iter_documents
 
@@ -263,17 +265,16 @@ class Assemble(ReadsCorpus, Stage):
         return {"source": self.source, "corpus_config": self.corpus_config, "layout": self.layout,
                 "switch_ratio": self.switch_ratio, "test_size": self.test_size, "test_fraction": self.test_fraction}
 
-    def _write_provenance(self, ctx: StageContext, agents_input: str) -> None:
-        """``synthesis.json`` (``synthesis.engine.provenance``): the corpus (``source``, else the curate stage's) and
-        the models of the converse stage and, when its output is what was assembled, the polish stage."""
-        from convrag.synthesis.engine.provenance import write_record
-
+    def _provenance(self, ctx: StageContext, agents_input: str) -> dict[str, Any]:
+        """The arguments of ``synthesis.json`` (``synthesis.engine.provenance``): the corpus (``source``, else the
+        curate stage's) and the models of the converse stage and, when its output is what was assembled, the polish
+        stage."""
         corpus = self.source
         curate = ctx.out / "curate" / "params.json"
         if corpus is None and curate.is_file():
             corpus = (json.loads(curate.read_text(encoding="utf-8")).get("params") or {}).get("source")
         stages = ["converse", "polish"] if agents_input == "polish" else ["converse"]
-        write_record(ctx.folder, pipeline="mtr", out=ctx.out, stages=stages, corpus=corpus, seed=ctx.seed)
+        return {"pipeline": "mtr", "out": ctx.out, "stages": stages, "corpus": corpus, "seed": ctx.seed}
 
     def _input(self, ctx: StageContext) -> Path:
         """The polish stage's records when it finished, else the converse stage's (an error if unfinished)."""
@@ -295,17 +296,20 @@ class Assemble(ReadsCorpus, Stage):
         test, train = split(conversations, test_size=self.test_size, test_fraction=self.test_fraction, seed=ctx.seed)
         ref = CorpusRef(ctx.out, self.source, self.corpus_config)
         docs = fetch_documents(ref, {d for c in conversations for t in c["turns"] for d in t["doc_ids"]})
+        provenance = self._provenance(ctx, folder.name)
+        identity = parquet_metadata(make_record(**provenance))  # a copied file still says what it is
         for name, part in (("test", test), ("train", train)):
             path = ctx.folder / f"{name}.parquet"
             if part and not path.is_file():  # a file under its final name is complete (resume)
                 rows = ([r for c in chunk for r in turn_rows(c, docs)]
                         for chunk in _chunks(part, CONVERSATIONS_PER_BATCH))  # fmt: skip
-                write_parquet_atomic(path, TURN_SCHEMA, rows)
+                write_parquet_atomic(path, TURN_SCHEMA.with_metadata(identity), rows)
         corpus = ctx.folder / "corpus.parquet"
         if not corpus.is_file():
             documents = ({name: row[name] for name in CORPUS_SCHEMA.names} for row in iter_documents(ref))
-            write_parquet_atomic(corpus, CORPUS_SCHEMA, _chunks(documents, DOCUMENTS_PER_BATCH))
-        self._write_provenance(ctx, folder.name)
+            write_parquet_atomic(corpus, CORPUS_SCHEMA.with_metadata(identity),
+                                 _chunks(documents, DOCUMENTS_PER_BATCH))
+        write_record(ctx.folder, **provenance)
         switched = sum(c["switch_turn"] != -1 for c in conversations)
         figures = {"test_conversations": len(test), "train_conversations": len(train),
                    "test_turns": sum(len(c["turns"]) for c in test),

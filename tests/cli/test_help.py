@@ -22,6 +22,15 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 
 COMMANDS = sorted(_subparsers(build_parser()))
+#: commands with a parser per choice, each with its own --help and examples
+PIPELINES = [f"synthesize {name}" for name in sorted(_subparsers(_subparsers(build_parser())["synthesize"]))]
+
+
+def _parser(command: str) -> argparse.ArgumentParser:
+    parser = build_parser()
+    for word in command.split():
+        parser = _subparsers(parser)[word]
+    return parser
 
 
 def _examples(text: str) -> list[str]:
@@ -30,10 +39,9 @@ def _examples(text: str) -> list[str]:
     return [line.strip() for line in block.splitlines() if line.strip().startswith("convrag ")]
 
 
-@pytest.mark.parametrize("command", ["", *COMMANDS])
+@pytest.mark.parametrize("command", ["", *COMMANDS, *PIPELINES])
 def test_every_help_has_examples_that_the_real_parser_accepts(command):
-    parser = build_parser()
-    text = (_subparsers(parser)[command] if command else parser).format_help()
+    text = _parser(command).format_help()
     assert "\nexamples:\n" in text, f"`convrag {command} --help` has no examples"
     lines = _examples(text)
     assert lines
@@ -42,14 +50,22 @@ def test_every_help_has_examples_that_the_real_parser_accepts(command):
         args = build_parser().parse_args(argv)  # exits (SystemExit) on a line the parser refuses
         assert callable(args.func)
         if command:
-            assert args.command == command, line
+            assert " ".join([args.command, *([args.pipeline] if " " in command else [])]) == command, line
     assert not REST.search(text), REST.search(text)
 
 
 def test_examples_cover_every_subcommand_and_the_top_description_is_plain():
-    assert set(EXAMPLES) == set(COMMANDS)
+    assert set(EXAMPLES) == set(COMMANDS) | set(PIPELINES)
     top = build_parser().format_help()
     assert "Build, package, evaluate and synthesize" in top and "``" not in top
+
+
+def test_each_synthesis_pipeline_has_a_help_of_its_own():
+    mtr, recor = (" ".join(_parser(c).format_help().split()) for c in ("synthesize mtr", "synthesize recor"))
+    assert "--questioner" in mtr and "--corpus" in mtr and "--input" not in mtr and "input_format" not in mtr
+    assert "--input" in recor and "--llm" in recor and "--questioner" not in recor and "chunk_size" not in recor
+    assert "threshold=N (gold-document score; default 4.0 under authors, 5.0 under convrag)" in recor
+    assert "curate,cluster,converse,polish,assemble" in mtr and "load,align,aspects,facts,turns,release" in recor
 
 
 def test_build_help_lists_every_builders_options():

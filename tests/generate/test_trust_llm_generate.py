@@ -450,9 +450,8 @@ def test_identical_answers_and_constant_verdicts_are_flagged(recor: Path, server
     assert err.strip() == (f"convrag generate: warning: degenerate answers: {n} of {n} answers are the same text "
                            "('OK.') (report: degenerate)")
 
-    # a judge that gives every answer the same grades
-    server.responder = lambda body: ('Here is my evaluation of the generated answer:\n\n'
-                                     '{"correctness": 2, "completeness": 2, "relevance": 3, "coherence": 5}')
+    # a judge that gives every answer the same grades, in the authors' bare form (criteria order, no passages)
+    server.responder = lambda body: "2, 2, 3, 5"
     out = tmp_path / "scores"
     code, _, err = cli(capsys, "evaluate-generation", str(recor), "--predictions", str(answers), "--judge",
                        spec(server, "judge"), "--lexical", "rouge-l", "--out", str(out), *FAST)

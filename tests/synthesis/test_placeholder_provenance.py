@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -186,6 +187,25 @@ def test_a_run_finished_before_synthesis_json_existed_still_builds_under_its_own
     header, body = _card(again)
     assert header["pretty_name"].endswith("(models not recorded: possibly the placeholder LLM)")
     assert "it may have been the embedded placeholder" in body
+
+
+def test_a_release_copied_away_from_its_run_folder_builds_as_the_synthesis(tmp_path, server) -> None:
+    """Only the Parquet files, copied to a new folder (no synthesis.json, no run folder): the builder reads the
+    synthesis record from their schema metadata, so the card names the synthesis, never the published MTR-Bench."""
+    assert _synthesize(tmp_path, server.url, REAL_ID) == 0
+    copy = tmp_path / "elsewhere" / "release"
+    copy.mkdir(parents=True)
+    files = sorted(p.name for p in (tmp_path / "syn" / "assemble").glob("*.parquet"))
+    assert "corpus.parquet" in files and "test.parquet" in files
+    for name in files:
+        shutil.copy(tmp_path / "syn" / "assemble" / name, copy / name)
+    built = tmp_path / "built"
+    assert main(["build", "mtr-bench", "--source", str(copy), "--out", str(built)]) == 0
+    header, body = _card(built)
+    assert header["pretty_name"] == "Synthetic MTR-Bench-style conversations over corpus.jsonl (MTR-Pipeline)"
+    assert header["source_datasets"] == [] and "OkayestProgrammer" not in json.dumps(header) + body
+    assert header["convrag"]["synthesis"]["models"]["questioner"]["model"] == REAL_ID
+    assert f"questioner, responder, polisher: openai:{REAL_ID} (an OpenAI-compatible server)" in body
 
 
 def test_dry_runs_name_the_model_of_each_stage_and_the_placeholder(tmp_path, capsys, monkeypatch) -> None:

@@ -17,6 +17,7 @@ task id; that turn is left out of every mean, never scored. Aggregation: mean wi
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -276,6 +277,25 @@ def judge_messages(item: JudgeItem, profile: str = DEFAULT_PROFILE) -> list[dict
                                       passages=list(item.passages), answer=item.answer, profile=profile)  # fmt: skip
 
 
+_BARE = re.compile(r"^\W*(\d{1,2}(?:\s*[,;/|]\s*\d{1,2})+)\W*$")
+
+
+def bare_grades(dims: Sequence[str]) -> Callable[[str], dict[str, int] | None]:
+    """A ``fallback`` that reads the authors' own reply form: the grades alone, comma-separated in the criteria's
+    order (``7,8,6,9,8``; the last line of the reply when there is more). Exactly one integer per criterion in
+    ``dims``, else None (then the reply is unreadable and re-asked)."""
+
+    def read(text: str) -> dict[str, int] | None:
+        lines = [line for line in text.strip().splitlines() if line.strip()]
+        match = _BARE.match(lines[-1]) if lines else None
+        if match is None:
+            return None
+        values = [int(v) for v in re.split(r"[,;/|]", match.group(1))]
+        return dict(zip(dims, values, strict=True)) if len(values) == len(dims) else None
+
+    return read
+
+
 def judge_answers(items: Sequence[JudgeItem], judges: Sequence[LLM], *, concurrency: int = 4, max_tokens: int = 300,
                   on_done: Callable[[], None] | None = None, profile: str = DEFAULT_PROFILE) -> list[JudgeOutcome]:
     """Judge every item with every judge (bounded concurrency, the judges' caches) on the ``profile``'s scale. A
@@ -289,7 +309,8 @@ def judge_answers(items: Sequence[JudgeItem], judges: Sequence[LLM], *, concurre
         replies, failures = [], []
         for llm in judges:
             try:
-                replies.append(llm.structured(judge_messages(item, profile), schema, max_tokens=max_tokens).value)
+                replies.append(llm.structured(judge_messages(item, profile), schema, max_tokens=max_tokens,
+                                              fallback=bare_grades(dims)).value)
             except EndpointUnreachable:
                 raise  # a dead endpoint stops the batch (run_batch) instead of failing every turn
             except LLMError as err:
