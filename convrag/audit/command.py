@@ -25,7 +25,7 @@ def run_command(args: argparse.Namespace) -> int:
     from convrag.audit.report import caution_lines, coverage, empty_dimensions, heatmap, render, summarize
     from convrag.audit.runner import estimate, make_judges, parse_dimensions, run_audit, write_verdicts
     from convrag.benchmarks.recor.judges_tables import apply_profile, domain_table
-    from convrag.core.out_folder import check_not_input, claim_out
+    from convrag.core.out_folder import check_not_input, claim_out, locked
     from convrag.core.progress import wanted
     from convrag.hub.repo import resolve_folder
     from convrag.judging.items import load_items
@@ -72,42 +72,45 @@ def run_command(args: argparse.Namespace) -> int:
         return 0
     check_not_input(out, args.folders)
     judges = make_judges(specs, args.cache, args.concurrency)  # a judge that cannot be made leaves no --out behind
-    identity = " + ".join(f"{s.benchmark} at {s.folder.resolve()}" for s in sets)
-    claim_out(out, args.folders, "audit", identity=identity, overwrite=args.overwrite)
-    progress = wanted(args.no_progress)
-    runs = [run_audit(s, judges, dimensions, seed=args.seed, negatives=args.negatives, whole_pool=whole_pool,
-                      concurrency=args.concurrency, progress=progress, profile=profile) for s in sets]
-    staged: dict[str, Path] = {}  # every output is written under a temporary name, then renamed into place
-    try:
-        n = write_verdicts(_staged(out, "verdicts.jsonl", staged), runs)
-        summary = summarize(runs)
-        apply_profile(summary, profile)  # records the profile; label entropy as the profile divides it
-        cover = coverage(runs, dimensions)
-        summary.update(dimensions=dimensions, judges=specs, sample=args.sample, seed=args.seed,
-                       negatives=args.negatives, completeness_pool="whole" if whole_pool else "first-k",
-                       judge_models=[describe(j).to_dict() for j in judges],
-                       llm={j.spec: j.report.to_dict() for j in judges}, coverage=cover)
-        empty = empty_dimensions(cover)
-        if args.missed:
-            summary["missed"] = _audit_missed(args, sets, judges, out, staged)
-            summary["llm"] = {j.spec: j.report.to_dict() for j in judges}  # the estimate's calls included
-            empty += [f"the missed-relevant estimate {stem} ({m['candidates']} candidates: {m['failed']} failed; "
-                      "calibration included, " + ", ".join(f"{k} {kind}" for kind, k in sorted(m["failures"].items()))
-                      + ")" for stem, m in summary["missed"].items() if m["candidates"] and not m["judged"]]
-        failed = f"no usable verdict for {'; '.join(empty)}" if empty else None
-        summary = {"complete": not empty, **({"incomplete": failed} if failed else {}), **summary}
-        text = render(summary) + domain_table(summary)
-        _staged(out, "summary.md", staged).write_text(text, encoding="utf-8")
-        plot = heatmap(summary, _staged(out, "heatmap.png", staged))
-        if plot is None:  # no score to draw
-            del staged["heatmap.png"]
-        summary["files"] = ["summary.json", *staged]  # what a later audit into this folder may remove
-        write_json_atomic(_staged(out, "summary.json", staged), summary)
-    except BaseException:
-        for path in staged.values():
-            path.unlink(missing_ok=True)
-        raise
-    removed = _commit(out, staged)
+    # one audit at a time writes --out: a second one is refused instead of colliding on the temporary files
+    with locked(Path(out).expanduser().absolute(), "convrag audit"):
+        identity = " + ".join(f"{s.benchmark} at {s.folder.resolve()}" for s in sets)
+        claim_out(out, args.folders, "audit", identity=identity, overwrite=args.overwrite)
+        progress = wanted(args.no_progress)
+        runs = [run_audit(s, judges, dimensions, seed=args.seed, negatives=args.negatives, whole_pool=whole_pool,
+                          concurrency=args.concurrency, progress=progress, profile=profile) for s in sets]
+        staged: dict[str, Path] = {}  # every output is written under a temporary name, then renamed into place
+        try:
+            n = write_verdicts(_staged(out, "verdicts.jsonl", staged), runs)
+            summary = summarize(runs)
+            apply_profile(summary, profile)  # records the profile; label entropy as the profile divides it
+            cover = coverage(runs, dimensions)
+            summary.update(dimensions=dimensions, judges=specs, sample=args.sample, seed=args.seed,
+                           negatives=args.negatives, completeness_pool="whole" if whole_pool else "first-k",
+                           judge_models=[describe(j).to_dict() for j in judges],
+                           llm={j.spec: j.report.to_dict() for j in judges}, coverage=cover)
+            empty = empty_dimensions(cover)
+            if args.missed:
+                summary["missed"] = _audit_missed(args, sets, judges, out, staged)
+                summary["llm"] = {j.spec: j.report.to_dict() for j in judges}  # the estimate's calls included
+                empty += [f"the missed-relevant estimate {stem} ({m['candidates']} candidates: {m['failed']} failed; "
+                          "calibration included, "
+                          + ", ".join(f"{k} {kind}" for kind, k in sorted(m["failures"].items())) + ")"
+                          for stem, m in summary["missed"].items() if m["candidates"] and not m["judged"]]
+            failed = f"no usable verdict for {'; '.join(empty)}" if empty else None
+            summary = {"complete": not empty, **({"incomplete": failed} if failed else {}), **summary}
+            text = render(summary) + domain_table(summary)
+            _staged(out, "summary.md", staged).write_text(text, encoding="utf-8")
+            plot = heatmap(summary, _staged(out, "heatmap.png", staged))
+            if plot is None:  # no score to draw
+                del staged["heatmap.png"]
+            summary["files"] = ["summary.json", *staged]  # what a later audit into this folder may remove
+            write_json_atomic(_staged(out, "summary.json", staged), summary)
+        except BaseException:
+            for path in staged.values():
+                path.unlink(missing_ok=True)
+            raise
+        removed = _commit(out, staged)
     print(text)
     print(f"Wrote {out}/verdicts.jsonl ({n:,} verdicts), summary.json, summary.md" + (", heatmap.png" if plot else ""))
     for judge in judges:  # calls, tokens, cost and the requests in flight against --concurrency

@@ -20,6 +20,10 @@ def cmd_space(args: argparse.Namespace) -> int:
     if report.optional:
         print("  not listed (imported only inside functions; not installed here or a convrag extra): "
               + ", ".join(report.optional))
+    from importlib.util import find_spec
+
+    ready = "" if find_spec("gradio") else " (needs gradio: pip install 'convrag[spaces]')"
+    print(f"Try it here{ready}: python {report.out / 'app.py'}")
     if args.push:
         print(f"Pushed to Space {args.push}: {push_space(report.out, args.push, private=args.private)}")
     else:

@@ -110,13 +110,14 @@ def _swap(work: Path, target: Path) -> None:
 
 
 @contextmanager
-def locked(target: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``.<name>.convrag-lock`` beside ``target`` (one build at a time per folder;
-    the kernel releases it when a build dies, so leftovers found while holding it are stale)."""
+def locked(target: Path, command: str = "convrag build") -> Iterator[None]:
+    """Hold an exclusive lock on ``.<name>.convrag-lock`` beside ``target`` (one ``command`` at a time per folder;
+    the kernel releases it when a run dies, so leftovers found while holding it are stale)."""
     import fcntl
 
+    target.parent.mkdir(parents=True, exist_ok=True)
     lock = target.parent / f".{target.name}.convrag-lock"
-    busy = ConvragError(f"{target}: another `convrag build` is writing this folder")
+    busy = ConvragError(f"{target}: another `{command}` is writing this folder; wait for it to end")
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
