@@ -67,11 +67,15 @@ def cmd_embed(args: argparse.Namespace) -> int:
     from convrag.core.options import parse_options
     from convrag.core.progress import wanted
     from convrag.hub.repo import resolve_folder
+    from convrag.retrievers.dense import check_dense_options
     from convrag.retrievers.embed_shards import parse_shard
 
     if args.batch_size is not None and args.batch_size < 1:
         raise ConvragError(f"--batch-size must be at least 1, got {args.batch_size}")
     options = parse_options(args.dense_option, "--dense-option")
+    check_dense_options(options)
+    if args.cache is not None and Path(args.cache).exists() and not Path(args.cache).is_dir():
+        raise ConvragError(f"--cache {args.cache}: is a file, not a folder (the embeddings cache is a folder)")
     flags = {"device": resolve_device(args.device), "batch_size": args.batch_size, "cache_dir": args.cache}
     options.update({k: v for k, v in flags.items() if v is not None})
     folder = resolve_folder(args.folder)

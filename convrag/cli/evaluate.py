@@ -13,6 +13,7 @@ from convrag.cli.arguments import NO_PROGRESS_HELP, OVERWRITE_HELP, llm_defaults
 from convrag.core.errors import ConvragError
 from convrag.core.options import name_value_pairs, parse_options
 from convrag.hub.naming import RESULTS, default_out
+from convrag.retrievers.dense import check_dense_options
 from convrag.retrievers.embed import resolve_device
 from convrag.retrievers.registry import check_retrievers
 from convrag.retrievers.strategies import check_strategies, without_llm_defaults
@@ -180,6 +181,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if skipped:
         profile = without_llm_defaults(profile)
     dense_options = parse_options(args.dense_option, "--dense-option")
+    check_dense_options(dense_options)
     encoder = {"device": resolve_device(args.device), "batch_size": args.batch_size, "cache_dir": args.embeddings_cache}
     dense_options.update({k: v for k, v in encoder.items() if v is not None})
     progress = wanted(args.no_progress)

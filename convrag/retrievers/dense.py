@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from convrag.core.errors import ConvragError
 from convrag.core.progress import label, relabelled
 from convrag.retrievers import embed as disk
 from convrag.retrievers import embed_shards as shards
@@ -59,6 +60,17 @@ def _choice(name: str, value: Any, allowed: Sequence[str]) -> Any:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {tuple(allowed)}, got {value!r}")
     return value
+
+
+def check_dense_options(options: dict[str, object], flag: str = "--dense-option") -> None:
+    """Refuse (one-line :class:`ConvragError`) a key that :class:`DenseRetriever` does not take, naming the ones it
+    does, before any model is loaded or document encoded."""
+    import inspect
+
+    known = [n for n in inspect.signature(DenseRetriever.__init__).parameters if n not in ("self", "model")]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ConvragError(f"{flag}: unknown key {unknown[0]!r}; the dense encoder takes {', '.join(known)}")
 
 
 class DenseRetriever(Retriever):

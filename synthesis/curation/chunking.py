@@ -50,6 +50,9 @@ class Chunker:
         if chunk_size < 1 or chunk_overlap < 0 or chunk_overlap >= chunk_size:
             raise ConvragError(f"chunking: need chunk_size >= 1 and 0 <= chunk_overlap < chunk_size "
                                f"(got {chunk_size}, {chunk_overlap})")
+        for name, value in (("min_length", min_length), ("dangling_tokens", dangling_tokens)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ConvragError(f"chunking: {name} must be a whole number >= 0, got {value!r}")
         if isinstance(separators, str):
             if separators not in SEPARATORS:
                 raise ConvragError(f"chunking: separators must be one of {', '.join(SEPARATORS)} or a list")

@@ -410,6 +410,7 @@ def test_a_redone_stage_whose_output_changed_makes_the_later_stages_redo(tmp_pat
     ("index_options={probes: 4}", "index_options: unknown key 'probes'"),
     ("minhash_perm=0", "minhash_perm must be a whole number >= 1, got 0"),
     ("max_seq_length=0", "max_seq_length must be a whole number >= 1, got 0"),
+    ("min_length=-1", "chunking: min_length must be a whole number >= 0, got -1"),
     ("--questioner=nonsense:model", "questioner: unknown LLM backend 'nonsense'"),
     ("--polisher=openai:", "polisher: LLM spec 'openai:': give a model"),
 ])
