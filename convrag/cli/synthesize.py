@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 from convrag.cli.arguments import NO_PROGRESS_HELP
+from convrag.core.errors import ConvragError
 from convrag.core.options import parse_options
 
 
@@ -102,6 +104,8 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
         roles = [r for r, stage in (("questioner", "converse"), ("responder", "converse"), ("polisher", "polish"))
                  if stage in stages and is_placeholder(options.get(r))]
         build_hint = f"Build it: convrag build mtr-bench --source {args.out}/assemble --out BUILT"
+    for path in pipeline.input_files():
+        _check_not_blank(Path(path))
     progress = wanted(args.no_progress)
     # the run's inputs (an error naming a missing one) never become its output; --dry-run only checks
     corpus, items = getattr(args, "corpus", None), getattr(args, "input", None)
@@ -126,3 +130,15 @@ def cmd_synthesize(args: argparse.Namespace) -> int:
               f"conversations only show that the plumbing works, they are not a benchmark. "
               f"{REAL_MODEL_HINT.replace('point it', 'Point --' + roles[0])}.")
     return 0
+
+
+def _check_not_blank(path: Path) -> None:
+    """Refuse an input text file (JSONL, JSON, text; gzipped ones are read by the stages) that holds nothing but
+    white space: bad input, one line naming it, before any stage runs."""
+    if not path.is_file() or path.suffix not in (".jsonl", ".json", ".txt"):
+        return
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 16):
+            if chunk.strip():
+                return
+    raise ConvragError(f"{path}: the file is empty (no record in it): nothing to synthesize from")

@@ -214,6 +214,11 @@ class Cluster(ReadsCorpus, Stage):
 
 
 def read_clusters(out: str | os.PathLike) -> list[tuple[int, list[str]]]:
-    """(cluster_idx, ordered document ids) of a finished cluster stage under ``out``."""
-    table = pq.read_table(Path(out) / "cluster" / "clusters.parquet")
+    """(cluster_idx, ordered document ids) of a finished cluster stage under ``out``; one error naming the stages to
+    run when there is none (a later stage run alone on a fresh folder)."""
+    path = Path(out) / "cluster" / "clusters.parquet"
+    if not path.is_file() or not (path.parent / "report.json").is_file():
+        raise ConvragError(f"{Path(out)}: stage 'cluster' has not finished in this run folder (no {path.name}): run "
+                           "the earlier stages first (leave out --stages, or --stages curate,cluster,...)")
+    table = pq.read_table(path)
     return list(zip(table.column("cluster_idx").to_pylist(), table.column("doc_ids").to_pylist(), strict=True))

@@ -55,3 +55,23 @@ def test_a_mistyped_local_folder_is_no_such_folder(strat, tmp_path, capsys, monk
     line = _one_line(capsys, main(["evaluate", "out/stratragg", "--out", str(tmp_path / "o")]), "evaluate",
                      "out/stratragg: no such folder (read as a local path, since out/ is a folder here")
     assert "Hub" in line and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("pipeline", ["mtr", "recor"])
+def test_an_empty_input_file_is_named(tmp_path, capsys, pipeline) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n  \n", encoding="utf-8")
+    given = ["--corpus", str(empty), "--questioner", "fake", "--responder", "fake", "--polisher", "fake"] \
+        if pipeline == "mtr" else ["--input", str(empty), "--llm", "fake"]
+    code = main(["synthesize", pipeline, *given, "--out", str(tmp_path / "o"), "--no-progress"])
+    _one_line(capsys, code, "synthesize", f"{empty}: the file is empty (no record in it)")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_later_stage_alone_on_a_fresh_folder_says_which_stage_to_run(tmp_path, capsys) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"_id": "d1", "title": "A", "text": "' + "word " * 300 + '"}\n', encoding="utf-8")
+    code = main(["synthesize", "mtr", "--corpus", str(corpus), "--out", str(tmp_path / "o"), "--stages", "converse",
+                 "--questioner", "fake", "--responder", "fake", "--no-progress"])
+    _one_line(capsys, code, "synthesize", "stage 'cluster' has not finished in this run folder",
+              "run the earlier stages first")
