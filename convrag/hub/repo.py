@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import json
 import os
 import re
 from pathlib import Path
@@ -57,6 +58,8 @@ def _reason(err: BaseException) -> str:
         return f"cannot reach {_endpoint()}: {text}"
     if isinstance(err, KeyError):
         return f"unexpected reply from {_endpoint()} (no {err} field)"
+    if isinstance(err, json.JSONDecodeError) or type(err).__name__ == "JSONDecodeError":
+        return f"the reply from {_endpoint()} is not JSON (is HF_ENDPOINT a Hugging Face Hub?)"
     if isinstance(err, _http_errors("UnsupportedProtocol", "InvalidURL")):
         return f"HF_ENDPOINT {_endpoint()!r}: {text}"
     return text

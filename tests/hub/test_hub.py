@@ -201,3 +201,32 @@ def test_space_push_uploads_the_assembled_folder(hub, client_env, tmp_path, monk
     no_token = _convrag(client_env, "space", "retrieval", "--out", tmp_path / "again", "--push", "convrag-test/x",
                         HF_TOKEN="", HF_HOME=str(tmp_path / "empty-home"))  # fmt: skip
     _one_line_error(no_token, "no Hugging Face token")
+
+
+def test_a_reply_that_is_not_json_is_one_line(client_env, tmp_path):
+    """An HF_ENDPOINT that answers HTML (a proxy's page, a wrong host) is named, not a raw decoder message."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    class Page(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            body = b"<html><body>Gateway page</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        done = _convrag({**client_env, "HF_HOME": str(tmp_path / "home")}, "evaluate", "someorg/somebench",
+                        "--out", tmp_path / "r", HF_ENDPOINT=url)
+    finally:
+        server.shutdown()
+    _one_line_error(done, f"the reply from {url} is not JSON (is HF_ENDPOINT a Hugging Face Hub?)")
+    assert "Expecting value" not in done.stderr and not (tmp_path / "r").exists()
