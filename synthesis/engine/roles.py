@@ -8,6 +8,7 @@ import os
 from convrag.core.errors import ConvragError
 from convrag.llm import LLM, DiskCache, LLMError, UnparsableReply, get_llm, parse_spec
 from convrag.llm.report import FREE_BACKENDS
+from convrag.llm.types import EndpointUnreachable
 from convrag.synthesis.engine.pipeline import Estimate, StageContext
 
 CACHE_DIR = "llm-cache"
@@ -62,6 +63,11 @@ def failure_reason(role: str, error: BaseException) -> str:
         return f"{role}: reply unparsable after re-asks"
     if isinstance(error, AgentError):
         return f"{role}: unusable reply ({error.reason})"
+    if isinstance(error, EndpointUnreachable):
+        return f"{role}: endpoint unreachable"
+    errors = getattr(error, "errors", None) or [str(error)]
+    if errors and all(e.startswith(("connection:", "timeout:")) for e in errors):
+        return f"{role}: call failed after retries (endpoint unreachable: {errors[-1].split(':', 1)[0]})"
     return f"{role}: call failed after retries"
 
 

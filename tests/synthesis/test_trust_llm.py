@@ -117,7 +117,8 @@ def _failed(capsys: pytest.CaptureFixture[str], code: int, expected: int) -> tup
 
 # -- class 2: no empty success ------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("conversations", "message"), [
-    ("2", "converse dropped all 2 conversations (questioner: call failed after retries: 2)"),
+    ("2", "converse dropped all 2 conversations (questioner: call failed after retries (endpoint unreachable: "
+          "connection): 2)"),
     ("4", "converse stopped: openai:test-model@"),  # 3 refused calls in a row: the breaker ends the run at once
 ])
 def test_mtr_against_a_dead_endpoint_stops_at_converse(tmp_path, capsys, dead, conversations, message) -> None:
@@ -177,7 +178,7 @@ def test_recor_with_no_usable_reply_stops_at_align(tmp_path, capsys, server, dea
     code = main(["synthesize", "recor", "--input", str(items), "--out", str(out), "--no-progress",
                  "--llm", f"openai:test-model@{url};max_retries=0;timeout=5", "--concurrency", "1"])
     line, stdout = _failed(capsys, code, 1)
-    reason = ("llm: call failed after retries" if kind == "dead endpoint"
+    reason = ("llm: call failed after retries (endpoint unreachable: connection)" if kind == "dead endpoint"
               else "alignment: reply unparsable after re-asks")
     assert f"align dropped all 2 items (align: {reason}: 2)" in line, line
     assert "Build it" not in stdout
