@@ -159,12 +159,16 @@ def _counted(slot: Mapping[str, Any] | None, digits: int = 2) -> str:
 
 
 def judge_lines(summary: Mapping[str, Any]) -> list[str]:
-    """Who judged: each judge's resolved model (``summary["judge_models"]``), and a warning line when any of them is
-    the embedded placeholder."""
+    """Who judged: each judge's resolved model (``summary["judge_models"]``; judges of one model that differ in their
+    options are told apart by their names), and a warning line when any of them is the embedded placeholder."""
     models = summary.get("judge_models") or []
     if not models:
         return []
-    lines = ["Judges: " + "; ".join(m["label"] for m in models) + "."]
+    labels = [m["label"] for m in models]
+    names = list(summary.get("llm") or {})  # each judge as the verdicts name it (options kept, key values masked)
+    if len(set(labels)) < len(labels) and len(names) == len(labels):
+        labels = [f"{label} (judge {name})" for label, name in zip(labels, names, strict=True)]
+    lines = ["Judges: " + "; ".join(labels) + "."]
     if any(m.get("placeholder") for m in models):
         lines.append("Warning: verdicts of the embedded placeholder model, too weak to judge: these figures only show "
                      "that the plumbing works, they are not measurements.")

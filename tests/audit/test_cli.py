@@ -348,3 +348,17 @@ def test_missed_relevant_on_stratrag(strat: Path, tmp_path: Path) -> None:
     assert "Kendall's tau, official vs augmented ranking" in table
     assert [row["system"] for row in report["rescored"]] == ["bm25", "random"]
     assert f"missed-relevant, stratrag, {ALPHA}: {report['suspected']:,} suspected" in stdout
+
+
+def test_two_judges_of_one_model_are_told_apart_in_summary_md() -> None:
+    from convrag.audit.report import judge_lines
+
+    label = "openai:qwen2.5-72b (an OpenAI-compatible server)"
+    summary = {"judge_models": [{"label": label, "placeholder": False}] * 2,
+               "llm": {"openai:qwen2.5-72b@http://h/v1;temperature=0": {},
+                       "openai:qwen2.5-72b@http://h/v1;temperature=0.7": {}}}
+    (line, _) = judge_lines(summary)
+    assert line == (f"Judges: {label} (judge openai:qwen2.5-72b@http://h/v1;temperature=0); {label} (judge "
+                    "openai:qwen2.5-72b@http://h/v1;temperature=0.7).")
+    one = {"judge_models": [{"label": label, "placeholder": False}], "llm": {"x": {}}}
+    assert judge_lines(one)[0] == f"Judges: {label}."
