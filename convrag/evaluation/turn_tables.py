@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from convrag.evaluation.tables import small_mark, small_n_note
+from convrag.evaluation.tables import SMALL_N, small_mark, small_n_note
 
 #: column order of the topic-switch table (values the builders write in ``switch_phase``)
 PHASES = ("no switch", "before switch", "first turn after switch", "after switch")
@@ -114,8 +114,14 @@ def render_tables(results: Mapping[str, Any], digits: int = 2) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def position_labels(by_turn: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The x labels of a per-turn plot: each position, the turns it rests on, and a mark when they are too few."""
+    return [f"{x}\nn={g['n']}{small_mark(g['n'])}" for x, g in by_turn.items()]
+
+
 def plot_per_turn(results: Mapping[str, Any], path: str) -> None:
-    """PNG line plot of the primary measure by turn position, one line per system."""
+    """PNG line plot of the primary measure by turn position, one line per system; each position names the turns it
+    rests on, marked when they are too few to compare (:func:`convrag.evaluation.tables.small_mark`)."""
     from matplotlib.figure import Figure  # no pyplot: its import and global figure state are not needed
 
     m = primary(results)
@@ -125,8 +131,8 @@ def plot_per_turn(results: Mapping[str, Any], path: str) -> None:
         by_turn = system["groups_by"].get("turn", {})
         xs = list(by_turn)
         ax.plot(range(len(xs)), [by_turn[x][m]["mean"] * results["scale"] for x in xs], marker="o", label=name)
-        ax.set_xticks(range(len(xs)), [f"{x}\nn={by_turn[x]['n']}" for x in xs])
-    ax.set_xlabel("turn (n = turns scored there)")
+        ax.set_xticks(range(len(xs)), position_labels(by_turn))
+    ax.set_xlabel(f"turn (n = turns scored there; \u2020 fewer than {SMALL_N}: too few to compare)")
     footnote = plot_footnote(results)
     if footnote:
         fig.text(0.01, 0.01, footnote, fontsize=7, color="darkred")

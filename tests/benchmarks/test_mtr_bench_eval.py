@@ -71,3 +71,9 @@ def test_extended_recall_pool_search_and_cluster_corpus(built, tmp_path):
     assert main(["evaluate", str(built), "--retrievers", "bm25", "--corpus", "cluster", "--bootstrap", "20",
                  "--no-progress", "--out", str(out)]) == 0  # fmt: skip
     assert main(["evaluate", str(built), "--retrievers", "bm25", "--corpus", "nope", "--out", str(out)]) == 2
+
+
+def test_per_turn_plot_positions_mark_small_groups() -> None:
+    from convrag.evaluation.turn_tables import position_labels
+
+    assert position_labels({"1": {"n": 40}, "2": {"n": 9}, "12": {"n": 1}}) == ["1\nn=40", "2\nn=9 †", "12\nn=1 †"]
