@@ -215,8 +215,14 @@ def render(summary: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _column(dim: str) -> str:
+    """A heatmap column: the table's label, Comp. as the table's "Comp. x5" column (the accuracy x 5)."""
+    return "Comp. x5" if dim == "completeness" else SCORE_LABELS.get(dim, dim)
+
+
 def heatmap(summary: Mapping[str, Any], path: Path) -> Path | None:
-    """judge x dimension means (Comp. shown x 5 so that every cell is on the 1-5 axis); None without scores."""
+    """judge x dimension means (Comp. shown x 5, labelled as the table's "Comp. x5" column, so that every cell is on
+    the 1-5 axis); None without scores."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -232,11 +238,11 @@ def heatmap(summary: Mapping[str, Any], path: Path) -> Path | None:
             for dim, s in dims.items():
                 if s["mean"] is not None:
                     scale = 5.0 if dim == "completeness" else 1.0
-                    cells[(f"{short.get(judge, judge)} ({name})", SCORE_LABELS.get(dim, dim))] = s["mean"] * scale
+                    cells[(f"{short.get(judge, judge)} ({name})", _column(dim))] = s["mean"] * scale
     if not cells:
         return None
     rows = sorted({r for r, _ in cells})
-    cols = [SCORE_LABELS[d] for d in SCORE_LABELS if any(c == SCORE_LABELS[d] for _, c in cells)]
+    cols = [_column(d) for d in SCORE_LABELS if any(c == _column(d) for _, c in cells)]
     grid = [[cells.get((r, c), float("nan")) for c in cols] for r in rows]
     fig, ax = plt.subplots(figsize=(1.2 * len(cols) + 3, 0.5 * len(rows) + 1.5))
     im = ax.imshow(grid, vmin=1, vmax=5, cmap="viridis", aspect="auto")
