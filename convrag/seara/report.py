@@ -315,6 +315,24 @@ def plot_pr_curves(path_png: str | os.PathLike, curves: Mapping[str, Mapping[str
     return png, path_csv
 
 
+#: the least span of an interaction plot's PR-AUC axis: differences smaller than this look flat, as they are
+MIN_SPAN = 0.05
+
+
+def y_limits(values: Sequence[float]) -> tuple[float, float]:
+    """The PR-AUC axis of an interaction plot: the values' range with a margin, widened to at least
+    :data:`MIN_SPAN` around its middle (within [0, 1]), so that a factor with no effect is drawn flat instead of
+    filling the axis."""
+    low, high = min(values), max(values)
+    margin = (high - low) * 0.1
+    low, high = low - margin, high + margin
+    if high - low < MIN_SPAN:
+        middle = (low + high) / 2
+        low, high = middle - MIN_SPAN / 2, middle + MIN_SPAN / 2
+    shift = max(0.0, -low) - max(0.0, high - 1.0)
+    return max(0.0, low + shift), min(1.0, high + shift)
+
+
 def plot_interaction(path_png: str | os.PathLike, effects: Mapping[str, Any], factor_x: str, factor_line: str, *,
                      title: str | None = None, pool_signature: str | None = None) -> Path:
     """Interaction plot: mean PR-AUC at each level of ``factor_x``, one line per level of ``factor_line``, from
@@ -334,9 +352,11 @@ def plot_interaction(path_png: str | os.PathLike, effects: Mapping[str, Any], fa
     for ll in order[factor_line]:
         ax.plot(xs, [means[lx, ll] for lx in order[factor_x]], marker="o", label=f"{factor_line} = {ll}")
     ax.set_xticks(xs, order[factor_x])
+    ax.set_ylim(*y_limits(list(means.values())))
     ax.set(xlabel=factor_x, ylabel="mean PR-AUC micro", title=title or f"{factor_x} by {factor_line}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))  # room for every label and the footnote
     if pool_signature:
         fig.text(0.01, 0.01, f"pool {pool_signature}", fontsize="x-small", color="gray")
     png = Path(path_png)

@@ -307,3 +307,12 @@ def test_fact_columns_choose_when_asked_and_their_bootstrap_must_match() -> None
         leaderboard_rows(chunk, facts=fact, fact_bootstrap=other, headline="facts")
     with pytest.raises(ReportError, match="headline"):
         leaderboard_rows(chunk, headline="facts")
+
+
+def test_an_interaction_axis_never_blows_up_a_difference_of_nothing() -> None:
+    from convrag.seara.report import MIN_SPAN, y_limits
+
+    low, high = y_limits([0.7554, 0.7562, 0.7558, 0.7560])  # a factor with no effect: drawn flat
+    assert high - low == pytest.approx(MIN_SPAN) and low < 0.7554 and high > 0.7562
+    assert y_limits([0.2, 0.8]) == pytest.approx((0.14, 0.86))  # a real effect keeps its own range
+    assert y_limits([0.99, 1.0])[1] == 1.0 and y_limits([0.0, 0.001])[0] == 0.0  # within [0, 1]
