@@ -282,6 +282,7 @@ def run_command(args: argparse.Namespace) -> int:
                     "corpus": str(corpus), "documents": len(docs), "queries": len(queries),
                     "query_strategy": strategy, "judge": judge_spec,
                     "judge_model": judge_identity(judge_spec, oracle.source if oracle is not None else None)}
+        settings["judge_model"]["components"] = component_models(space, strategy, component_spec)
         empty = None
         with replacing(out, target, overwrite=True, is_build=lambda _: True) as tmp:  # claim_out accepted target
             claim_out(tmp, (), COMMAND, identity=identity)  # the folder swapped in carries the marker
@@ -336,3 +337,24 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"\nWarning: the judge is the embedded {PLACEHOLDER_MODEL} placeholder: this choice only shows that the "
               f"plumbing works, it is not a measurement. {REAL_MODEL_HINT.replace('point it', 'Point --judge')}.")
     return 0
+
+
+def component_models(space: Any, strategy: str, default_spec: str) -> dict[str, str]:
+    """What each LLM-calling part of a selection ran on, as outputs name it: the query strategy's LLM (when the
+    strategy calls one) and every LLM rewriter or reranker option of the space (its own ``model``, else
+    ``default_spec``: ``--llm``, else the judge's, or with an oracle judge ``$CONVRAG_LLM`` / the placeholder)."""
+    from convrag.llm.identity import describe
+    from convrag.retrievers.strategies import get_strategy
+
+    out: dict[str, str] = {}
+    if get_strategy(strategy).needs_llm:
+        out[f"query strategy {strategy}"] = describe(default_spec).label
+    for dimension in ("rewriter", "reranker"):
+        for name, option in space.options.get(dimension, {}).items():
+            if dimension == "rewriter" and option.kind == "none" and "model" not in option.params:
+                continue
+            if dimension == "reranker" and option.kind != "llm":
+                continue
+            spec = str(option.params.get("model") or "default")
+            out[f"{dimension} {name}"] = describe(default_spec if spec == "default" else spec).label
+    return out

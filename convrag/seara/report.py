@@ -120,10 +120,19 @@ def judge_identity(spec: str, oracle_source: str | None = None) -> dict[str, Any
 
 
 def judge_lines(judge: Mapping[str, Any] | None) -> list[str]:
-    """The judge line of a leaderboard or choice file, and a warning line when the judge is the placeholder."""
+    """The judge line of a leaderboard or choice file, the models of the LLM rewriters, rerankers and query strategy
+    (``judge["components"]``), and a warning line when the judge is the placeholder."""
     if not judge:
         return []
     lines = [f"Judge: {judge['label']}."]
+    parts = judge.get("components") or {}
+    if parts:
+        lines.append("LLMs of the configurations: " + "; ".join(f"{part}: {label}" for part, label in parts.items())
+                     + ".")
+        same = [part for part, label in parts.items() if label == judge["label"]]
+        if same:
+            lines.append(f"Caution: the judge is also the model of {', '.join(same)}, so it grades lists that it "
+                         "rewrote or reordered itself; a separate --llm (or a model in the space) avoids that.")
     if judge.get("placeholder"):
         lines.append("Warning: the pseudo-qrels come from the embedded placeholder model, too weak to judge: this "
                      "leaderboard only shows that the plumbing works, it is not a measurement.")
@@ -305,6 +314,9 @@ def plot_pr_curves(path_png: str | os.PathLike, curves: Mapping[str, Mapping[str
     foot = f"pool {pool_signature}; markers at k in {sorted(marks) if marks else '1, 5, 10, 20, K'}"
     if judge:
         foot += f"; judge {judge['label']}"
+        parts = judge.get("components") or {}
+        if parts:
+            foot += "; " + "; ".join(f"{part}: {label}" for part, label in parts.items())
     fig.text(0.01, 0.01, foot, fontsize="x-small", color="red" if judge and judge.get("placeholder") else "gray")
     _save(fig, png, foot)
     path_csv = png.with_suffix(".csv")

@@ -452,3 +452,23 @@ def test_a_built_benchmark_folder_gives_queries_and_corpus(tmp_path: Path, capsy
     assert main(["select", "--space", str(space), "--queries", str(built), "--out", str(tmp_path / "o"),
                  "--dry-run", "--max-queries", "5"]) == 0
     assert "450 documents, 5 queries" in capsys.readouterr().out
+
+
+def test_every_output_names_the_models_of_the_llm_components() -> None:
+    from convrag.seara.command import component_models
+    from convrag.seara.report import judge_lines
+
+    data = {**SPACE, "dimensions": {
+        **SPACE["dimensions"],
+        "rewriter": {"none": {}, "multi": {"kind": "llm", "n_queries": 2, "model": "openai:qwen2.5-7b@http://h/v1"}},
+        "reranker": {"none": {}, "listwise": {"kind": "llm", "window": 4, "stride": 2}}}}
+    space = parse_space(data)
+    judge_spec = "openai:qwen2.5-72b@http://h/v1"
+    parts = component_models(space, "baseline", judge_spec)
+    assert parts == {"rewriter multi": "openai:qwen2.5-7b@http://h/v1", "reranker listwise": judge_spec}
+    lines = judge_lines({"label": judge_spec, "placeholder": False, "components": parts})
+    assert lines[1] == (f"LLMs of the configurations: rewriter multi: openai:qwen2.5-7b@http://h/v1; reranker "
+                        f"listwise: {judge_spec}.")
+    assert lines[2].startswith("Caution: the judge is also the model of reranker listwise, so it grades lists")
+    assert component_models(space, "rewrite", "default")["query strategy rewrite"].endswith(
+        "(embedded placeholder, not a measurement)")
