@@ -56,8 +56,10 @@ def write_pool(folder: Path, result: Any, space: Any, qrels: bool = True, judge:
                       facts=result.fact_scores, fact_bootstrap=result.fact_boot,
                       headline=result.measure if result.fact_scores is not None else "chunks",
                       notes=_fact_notes(result), judge=judge)  # fmt: skip
+    note = ("chunk-level curves; this pool chooses by fact-level PR-AUC (leaderboard.md)"
+            if result.fact_scores is not None and result.measure == "facts" else None)
     plot_pr_curves(folder / "pr_curves.png", _curves(result), f"SEARA {result.label}", result.pseudo.signature,
-                   judge=judge)
+                   judge=judge, note=note)
     if qrels:
         write_pseudo_qrels(result.pseudo, folder)
 

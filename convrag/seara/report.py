@@ -282,9 +282,10 @@ def _save(fig: Figure, path: Path, note: str | None = None) -> None:
 
 def plot_pr_curves(path_png: str | os.PathLike, curves: Mapping[str, Mapping[str, Any]], title: str,
                    pool_signature: str, marks: Sequence[int] | None = None,
-                   judge: Mapping[str, Any] | None = None) -> tuple[Path, Path]:
+                   judge: Mapping[str, Any] | None = None, note: str | None = None) -> tuple[Path, Path]:
     """One step PR curve per configuration (module docstring), markers at the cut-offs ``marks`` (default 1, 5,
-    10, 20 and the largest k), PR-AUC in the legend, the pool signature and the judge as a footnote.
+    10, 20 and the largest k), PR-AUC in the legend, the pool signature, the judge and ``note`` (e.g. that the pool
+    chooses by another measure than these curves show) as a footnote.
     ``curves[config]`` holds parallel lists ``recall``, ``precision``, ``k`` and the number ``pr_auc``. Also writes
     the plotted points to a CSV beside the PNG (configuration, k, recall, precision, pr_auc). Returns (png path,
     csv path)."""
@@ -312,6 +313,8 @@ def plot_pr_curves(path_png: str | os.PathLike, curves: Mapping[str, Mapping[str
     ax.grid(alpha=0.3)
     ax.legend(loc="lower left", fontsize="small")
     foot = f"pool {pool_signature}; markers at k in {sorted(marks) if marks else '1, 5, 10, 20, K'}"
+    if note:
+        foot = f"{note}; {foot}"
     if judge:
         foot += f"; judge {judge['label']}"
         parts = judge.get("components") or {}

@@ -301,6 +301,11 @@ def test_select_command_end_to_end(hotpot: dict, tmp_path: Path, monkeypatch: py
     assert sorted(p.name for p in (out / "pools").iterdir()) == ["01-stage-chunking", "02-stage-retrieval",
                                                                   "03-stage-combine", "04-final-common-pool"]
     assert (out / "pools" / "04-final-common-pool" / "pseudo-qrels.trec").read_text().strip()
+    from PIL import Image  # a pool that chooses by facts says its curves are the chunk-level ones
+
+    note = Image.open(out / "pools" / "01-stage-chunking" / "pr_curves.png").info["Description"]
+    assert note.startswith("chunk-level curves; this pool chooses by fact-level PR-AUC")
+    assert "chooses by" not in Image.open(out / "pools" / "02-stage-retrieval" / "pr_curves.png").info["Description"]
     assert (out / "pr_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     chosen = yaml.safe_load((out / "chosen.yaml").read_text(encoding="utf-8"))
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
