@@ -162,12 +162,16 @@ def _turn(value: Any, task_id: str, path: str, line: int | None) -> int | None:
     raise DataError(f"task {task_id!r}: turn must be an integer, got {value!r}", path, line)
 
 
-def _domain(value: Any) -> str | None:
+def _domain(value: Any, path: str | None = None, line: int | None = None) -> str | None:
+    """The MTRAG domain of a collection name; unknown names are kept as written, or, with ``path`` (an official
+    responses file, whose collections are MTRAG's), an error at that line (never scored as a domain of its own)."""
     if _missing(value) or not str(value).strip():
         return None
     try:
-        return normalize_domain(str(value))
+        return normalize_domain(str(value), path, line)
     except DataError:
+        if path is not None:
+            raise
         return str(value)
 
 
@@ -201,7 +205,7 @@ def read_responses(path: str) -> TaskList:
             task_id=task_id, prediction=_prediction_text(obj, path, line), references=references,
             passages=[c["text"] for c in contexts], conversation=conversation,
             answerability=_answerability(obj.get("answerability", obj.get("Answerability")), path, line),
-            domain=_domain(obj.get("domain", obj.get("collection", obj.get("Collection")))),
+            domain=_domain(obj.get("domain", obj.get("collection", obj.get("Collection"))), path, line),
             turn=_turn(obj.get("turn"), task_id, path, line), passage_source="contexts", extra=extra,
         ))  # fmt: skip
     return tasks

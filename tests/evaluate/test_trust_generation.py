@@ -203,6 +203,7 @@ RESPONSES_CASES = {
     "prediction text a list": (_pred(3, "text", ["a"]), 4, "predictions[0] has no 'text' string"),
     "turn not a number": (_set(3, "turn", "three"), 4, "turn must be an integer"),
     "unknown answerability": (_set(3, "answerability", ["MAYBE"]), 4, "unknown answerability"),
+    "unknown collection": (_set(3, "collection", "mt-rag-astronomy"), 4, "unknown MTRAG collection 'mt-rag-astronomy'"),
 }
 
 
