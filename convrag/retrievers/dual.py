@@ -85,9 +85,12 @@ def role_lines(text: str) -> QueryText:
 
 
 def check_model(model: str, role: str) -> str:
-    """``model`` when it is a model folder (holding ``config.json``) or reads as a Hub model name; else a one-line
+    """``model`` when it is a model folder (holding ``config.json``) or reads as a Hub model name, a shipped model's
+    short name resolved to its folder (:func:`convrag.retrievers.shipped_models.resolve_model`); else a one-line
     ``ConvragError`` (a path that does not exist, a folder without a config)."""
-    text = str(model).strip()
+    from convrag.retrievers.shipped_models import resolve_model
+
+    text = resolve_model(str(model).strip())  # the short names dense takes (all-MiniLM-L6-v2, all-mpnet-base-v2)
     path = Path(text).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -264,7 +267,17 @@ class DualEncoderRetriever(Retriever):
                 "max_seq_length": self.limit("document"), "truncation": "right", "prompt": "",
                 "normalize": "l2" if self.similarity == "cosine" else "none", "dtype": "float32"}  # fmt: skip
 
+    def check_dimensions(self) -> None:
+        """Refuse (one line) a query and a context model whose vectors differ in size, before any encoding: their
+        inner products would be undefined."""
+        sizes = [int(getattr(self._model(kind)[1].config, "hidden_size", 0)) for kind in ("query", "document")]
+        if sizes[0] != sizes[1]:
+            raise ConvragError(f"dual: the query model {self.query_model!r} gives {sizes[0]}-d vectors and the "
+                               f"context model {self.context_model!r} {sizes[1]}-d ones: a dual pair must share one "
+                               "vector size")  # fmt: skip
+
     def _fit(self, show_progress: bool) -> None:
+        self.check_dimensions()
         settings = {**self.document_settings(), "corpus": disk.corpus_fingerprint(self.doc_ids, self.doc_texts)}
         store = disk.EmbeddingStore(self.cache_dir) if self.cache_dir is not None else None
         key = disk.entry_key(settings)

@@ -41,7 +41,7 @@ def _vocab() -> list[str]:
     return ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *dict.fromkeys(pieces)]
 
 
-def _tiny_bert(folder: Path, seed: int) -> str:
+def _tiny_bert(folder: Path, seed: int, hidden: int = 16) -> str:
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
     folder.mkdir(parents=True)
@@ -49,7 +49,7 @@ def _tiny_bert(folder: Path, seed: int) -> str:
     vocab.write_text("\n".join(_vocab()) + "\n", encoding="utf-8")
     BertTokenizerFast(vocab=str(vocab), do_lower_case=True).save_pretrained(folder)
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=len(_vocab()), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+    config = BertConfig(vocab_size=len(_vocab()), hidden_size=hidden, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=32, max_position_embeddings=64)  # fmt: skip
     BertModel(config).eval().save_pretrained(folder)
     return str(folder)
@@ -180,6 +180,22 @@ def test_bad_specs_are_one_line_errors(models, tmp_path) -> None:
     with pytest.raises(ConvragError, match="cannot load model 'not-a-cached-model'") as err:
         get_retriever(f"dual:{models[0]},not-a-cached-model", cache=False).index(CORPUS)
     assert "\n" not in str(err.value)
+
+
+def test_a_pair_of_different_vector_sizes_is_refused_before_encoding(models, tmp_path) -> None:
+    wide = _tiny_bert(tmp_path / "wide", 2, hidden=24)
+    retriever = get_retriever(f"dual:{models[0]},{wide}", cache=False)
+    with pytest.raises(ConvragError) as err:
+        retriever.index(CORPUS)
+    assert "gives 16-d vectors and the context model" in str(err.value) and "24-d ones" in str(err.value)
+    assert retriever.embeddings.size == 0  # nothing was encoded
+
+
+def test_dual_takes_the_short_model_names_dense_takes() -> None:
+    from convrag.retrievers.encoders import default_model_path
+
+    retriever = get_retriever("dual:all-MiniLM-L6-v2,all-MiniLM-L6-v2", cache=False)
+    assert retriever.query_model == retriever.context_model == default_model_path()
 
 
 def test_split_specs_keeps_the_two_models_of_a_dual_spec() -> None:
