@@ -17,6 +17,7 @@ Definitions (the SEARA memo, ``shared/reference/seara.md``, sections 4.4 and 6.3
 from __future__ import annotations
 
 import hashlib
+import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -306,7 +307,8 @@ def judge_pairs(pairs: Sequence[tuple[str, str]], queries: Mapping[str, Query], 
     llm = getattr(judge, "llm", None)
     if pool is not None and isinstance(llm, LLM):
         model = llm.backend.model.lower()
-        clash = [c for c in pool.configurations if model and model in c.lower()]
+        named = re.compile(rf"(?<![\w.-]){re.escape(model)}(?![\w.-])") if model else None
+        clash = [c for c in pool.configurations if named is not None and named.search(c.lower())]
         if clash:  # memo 6.3: circularity guard, a warning and no block
             warnings.warn(f"judge model {llm.backend.model!r} also appears in configurations {clash}: an LLM judge "
                           "tends to favour its own family", stacklevel=2)

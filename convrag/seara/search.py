@@ -239,9 +239,13 @@ class Searcher:
         signature = result.pseudo.signature
         result.fact_scores, counts = fact_level.score_and_count(runs, table, facts.factset, k, fact_qids,
                                                                 pool_signature=signature)
-        result.fact_boot = bootstrap_counts(counts, k, n_boot=self.space.bootstrap, seed=self.space.seed,
-                                            level=int(self.space.judge["level"]), alpha=self.space.alpha,
-                                            pool_signature=signature)  # fmt: skip
+        try:
+            result.fact_boot = bootstrap_counts(counts, k, n_boot=self.space.bootstrap, seed=self.space.seed,
+                                                level=int(self.space.judge["level"]), alpha=self.space.alpha,
+                                                pool_signature=signature)  # fmt: skip
+        except SelectionError as err:  # facts, but none a query's lists can reach: the pool is unscorable by facts
+            self._say(f"[{label}] no fact-level score: {err}")
+            result.fact_scores = None
 
     # ----------------------------------------------------------------------------------------- strategies
     def run(self, query_ids: Sequence[str] | None = None) -> SearchResult:
