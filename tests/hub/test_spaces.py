@@ -342,3 +342,22 @@ def test_space_command_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "retrieval" in capsys.readouterr().out and not (tmp_path / "space" / "stale.txt").exists()
     assert (tmp_path / "space" / "trec.py").is_file() and sorted(p.name for p in tmp_path.iterdir()) == [
         "space", "taken"]  # no work folders or lock files left beside it
+
+
+def test_space_says_how_to_run_it_here_and_which_extra_gradio_comes_with(tmp_path, capsys, monkeypatch) -> None:
+    import importlib.util
+
+    from convrag.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gradio" else real(name, *a))
+    assert main(["space", "pr_auc", "--out", str(tmp_path / "space")]) == 0
+    printed = capsys.readouterr().out
+    assert f"Try it here (needs gradio: pip install 'convrag[spaces]'): python {tmp_path / 'space' / 'app.py'}" \
+        in printed
+    import tomllib
+
+    from tests.conftest import REPO
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    assert any(req.startswith("gradio") for req in extras["spaces"])
