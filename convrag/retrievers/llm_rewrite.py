@@ -3,10 +3,11 @@ each is retrieved, and the lists are fused with reciprocal rank fusion.
 
 - *Variants* (:meth:`QueryRewriter.variants`): the original query first, then up to ``n_queries`` LLM queries
   (prompt ``seara_query_variants``, structured reply ``{"queries": [...]}``, a bare JSON list read as that list) in
-  reply order, each stripped; blanks, non-strings and repeats (of the original or of an earlier variant, compared
-  casefolded with whitespace collapsed) dropped, then the first ``n_queries`` kept. A failed or unparseable call gives
-  the original query alone and is counted in ``failures`` by reason (``call_failed``, ``unparseable``); it never
-  gives a ranking of its own. A dead endpoint (:class:`EndpointUnreachable`) propagates.
+  reply order, each stripped; blanks, non-strings, refusals and non-answers (:func:`convrag.llm.replies.is_non_answer`)
+  and repeats (of the original or of an earlier variant, compared casefolded with whitespace collapsed) dropped,
+  then the first ``n_queries`` kept. A failed or unparseable call gives the original query alone and is counted in
+  ``failures`` by reason (``call_failed``, ``unparseable``), and so is a reply with no usable variant
+  (``no_usable_variant``); none gives a ranking of its own. A dead endpoint (:class:`EndpointUnreachable`) propagates.
 - *Retrieval* (:meth:`QueryRewriter.retrieve`): every variant ``i`` of query ``q`` is searched as query id
   ``f"{q}\\u241f{i}"`` (``i`` = 0 is the original) to depth ``depth_each``; the lists of ``q`` are fused with
   :func:`~convrag.metrics.pr_auc.inputs.fuse_rankings` (RRF: score = sum of 1 / (``rrf_k`` + rank) over the
@@ -22,6 +23,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, Field
 
 from convrag.llm import LLM, BatchResult, ParseError, extract_json, load_prompt, run_batch
+from convrag.llm.replies import is_non_answer
 from convrag.llm.types import EndpointUnreachable, LLMFailure, UnparsableReply
 from convrag.metrics.pr_auc.inputs import fuse_rankings
 
@@ -167,7 +169,10 @@ class QueryRewriter:
                 self.tally.failed(err)
                 out[qid] = [queries[qid]]
             else:
-                out[qid] = clean_variants(queries[qid], batch.results[i] or [], self.n_queries)
+                proposed = [v for v in batch.results[i] or [] if not (isinstance(v, str) and is_non_answer(v))]
+                out[qid] = clean_variants(queries[qid], proposed, self.n_queries)
+                if len(out[qid]) == 1:  # nothing usable: refusals, non-answers or only repeats of the query
+                    self.tally.failures["no_usable_variant"] += 1
         return out
 
     def retrieve(self, search: Callable[[Mapping[str, str], int], Mapping[str, Sequence[str]]],

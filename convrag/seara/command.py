@@ -20,6 +20,7 @@ import argparse
 import math
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -335,10 +336,30 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"Warning: {unfound} evidence spans were found in no document of the corpus (listed in report.json); "
               "no chunk can state them, so they are not facts of their queries")
     print(f"Wrote {out}/leaderboard.md, chosen.yaml, pr_curves.png, pools/ and report.json")
+    for line in dead_components(runner.report(), chosen):
+        print(f"convrag select: warning: {line}", file=sys.stderr)
     if is_placeholder(judge_spec):
         print(f"\nWarning: the judge is the embedded {PLACEHOLDER_MODEL} placeholder: this choice only shows that the "
               f"plumbing works, it is not a measurement. {REAL_MODEL_HINT.replace('point it', 'Point --judge')}.")
     return 0
+
+
+def dead_components(report: dict[str, Any], chosen: Any) -> list[str]:
+    """One line per LLM rewriter or reranker (``report["components"]`` of the runner) whose every call failed or
+    gave nothing usable: its configurations ranked as if it were absent, so their rows are not its measurement; the
+    line says so, louder when the ``chosen`` configuration is one of them."""
+    lines = []
+    for key, rep in (report.get("components") or {}).items():
+        asked = rep.get("windows", rep.get("requests", 0))
+        if asked and rep.get("failed", 0) >= asked:
+            dimension, name = key.split(":", 1)
+            line = (f"{dimension} {name!r}: all {asked} LLM calls failed or gave nothing usable "
+                    f"({rep.get('failures')}); its configurations ranked as without it, so their rows measure "
+                    f"nothing of the {dimension}")
+            if chosen.get(dimension) == name:
+                line += f"; the chosen configuration {chosen.name!r} is one of them"
+            lines.append(line)
+    return lines
 
 
 def component_models(space: Any, strategy: str, default_spec: str) -> dict[str, str]:

@@ -315,3 +315,36 @@ def test_the_judge_keeps_judge_concurrency_requests_in_flight(files: dict, tmp_p
 
     rc, server = _select_over_http(files, tmp_path, records, space, reply)
     assert rc == 0 and len(server.requests) == 24 and state["peak"] == 8
+
+
+def test_a_rewriter_that_only_refuses_is_named_over_http(files: dict, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture) -> None:
+    """An LLM rewriter whose every reply declines (a refusal inside the JSON asked for, or 'N/A'): no variant is
+    used, every query counts as a failed rewrite, and select says on stderr that its rows measure nothing of the
+    rewriter (the judge grades by the supporting sentences)."""
+    records = files["records"][:4]
+    evidence = {r["_id"]: files["evidence"][r["_id"]] for r in records}
+    space = {"depth": 3, "judge": {"concurrency": 2, "facts": "never"},
+             "dimensions": {"chunking": {"paragraphs": CHUNKINGS["paragraphs"]},
+                            "retrieval": {"bm25": {"retriever": "bm25"}},
+                            "rewriter": {"none": {}, "multi": {"kind": "llm", "n_queries": 2}}},
+             "search": {"strategy": "grid", "bootstrap": 50}}
+    refusals = iter(['{"queries": ["I\'m sorry, but I can\'t help with rewriting that request."]}',
+                     '{"queries": ["N/A"]}'] * 50)
+
+    def reply(body: dict) -> str:
+        user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        if "Write up to" in user and "search queries" in user:
+            return next(refusals)
+        relevant = any(normalize_span(s) in normalize_span(user) for r in records for s in evidence[r["_id"]])
+        return json.dumps({"rationale": "It states it." if relevant else "Another topic.",
+                           "grade": 3 if relevant else 0})
+
+    code, _ = _select_over_http(files, tmp_path, records, space, reply, "max_retries=0;timeout=5")
+    err = capsys.readouterr().err
+    assert code == 0, err
+    report = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
+    rewriter = report["runner"]["components"]["rewriter:multi"]
+    assert rewriter["failures"] == {"no_usable_variant": 4} and rewriter["failed"] == rewriter["requests"] == 4
+    assert "convrag select: warning: rewriter 'multi': all 4 LLM calls failed or gave nothing usable" in err
+    assert "so their rows measure nothing of the rewriter" in err
