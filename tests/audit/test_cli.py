@@ -362,3 +362,13 @@ def test_two_judges_of_one_model_are_told_apart_in_summary_md() -> None:
                     "openai:qwen2.5-72b@http://h/v1;temperature=0.7).")
     one = {"judge_models": [{"label": label, "placeholder": False}], "llm": {"x": {}}}
     assert judge_lines(one)[0] == f"Judges: {label}."
+
+
+def test_the_heatmap_labels_completeness_as_the_tables_x5_column(tmp_path: Path) -> None:
+    """The heatmap draws Comp. x 5 (every cell on the 1-5 axis) and says so, as the table's "Comp. x5" column."""
+    from convrag.audit.report import _column, heatmap
+
+    assert _column("completeness") == "Comp. x5" and _column("naturalness") == "Natural."
+    summary = {"benchmarks": {"b": {"all": {"per_judge": {"j": {"completeness": {"mean": 0.8},
+                                                                 "naturalness": {"mean": 4.0}}}}}}}
+    assert heatmap(summary, tmp_path / "h.png") == tmp_path / "h.png"

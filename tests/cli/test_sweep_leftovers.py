@@ -75,3 +75,18 @@ def test_a_later_stage_alone_on_a_fresh_folder_says_which_stage_to_run(tmp_path,
                  "--questioner", "fake", "--responder", "fake", "--no-progress"])
     _one_line(capsys, code, "synthesize", "stage 'cluster' has not finished in this run folder",
               "run the earlier stages first")
+
+
+def test_a_deleted_queries_file_is_named_not_the_qrels(tmp_path, capsys) -> None:
+    import shutil
+
+    built = tmp_path / "recor"
+    assert main(["build", "recor", "--source", str(DATA / "recor" / "sample"), "--out", str(built)]) == 0
+    copy = tmp_path / "copy"
+    shutil.copytree(built, copy)
+    for path in (copy / "law-queries").glob("*.parquet"):
+        path.unlink()
+    capsys.readouterr()
+    line = _one_line(capsys, main(["evaluate", str(copy), "--retrievers", "bm25", "--out", str(tmp_path / "o")]),
+                     "evaluate", "config 'law-queries'", "no data file matches law-queries/test-*")
+    assert "qrels" not in line and not (tmp_path / "o").exists()
