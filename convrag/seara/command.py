@@ -338,10 +338,21 @@ def run_command(args: argparse.Namespace) -> int:
     print(f"Wrote {out}/leaderboard.md, chosen.yaml, pr_curves.png, pools/ and report.json")
     for line in dead_components(runner.report(), chosen):
         print(f"convrag select: warning: {line}", file=sys.stderr)
+    flat = judge_constant(final.pseudo.qrels)
+    if flat and oracle is None:
+        print(f"convrag select: warning: the judge's grades over the final pool: {flat}; the PR-AUC ranking rests "
+              "on no distinction between the lists", file=sys.stderr)
     if is_placeholder(judge_spec):
         print(f"\nWarning: the judge is the embedded {PLACEHOLDER_MODEL} placeholder: this choice only shows that the "
               f"plumbing works, it is not a measurement. {REAL_MODEL_HINT.replace('point it', 'Point --judge')}.")
     return 0
+
+
+def judge_constant(qrels: dict[str, dict[str, int]]) -> str | None:
+    """:func:`convrag.llm.replies.constant_verdicts` over every graded (query, chunk) pair of a pool."""
+    from convrag.llm.replies import constant_verdicts
+
+    return constant_verdicts([g for grades in qrels.values() for g in grades.values()])
 
 
 def dead_components(report: dict[str, Any], chosen: Any) -> list[str]:

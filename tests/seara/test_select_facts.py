@@ -348,3 +348,19 @@ def test_a_rewriter_that_only_refuses_is_named_over_http(files: dict, tmp_path: 
     assert rewriter["failures"] == {"no_usable_variant": 4} and rewriter["failed"] == rewriter["requests"] == 4
     assert "convrag select: warning: rewriter 'multi': all 4 LLM calls failed or gave nothing usable" in err
     assert "so their rows measure nothing of the rewriter" in err
+
+
+def test_a_judge_that_grades_every_pair_alike_is_flagged_over_http(files: dict, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    """Every pair graded 3 (the highest): the choice is written, and one warning says it rests on nothing."""
+    records = files["records"][:4]
+    space = {"depth": 3, "judge": {"concurrency": 2, "facts": "never"},
+             "dimensions": {"chunking": {"paragraphs": CHUNKINGS["paragraphs"]},
+                            "retrieval": {"bm25": {"retriever": "bm25"}, "bm25s": {"retriever": "bm25s"}}},
+             "search": {"strategy": "grid", "bootstrap": 50}}
+    reply = '{"rationale": "The passage fully answers the question.", "grade": 3}'
+    code, _ = _select_over_http(files, tmp_path, records, space, lambda body: reply, "max_retries=0;timeout=5")
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "convrag select: warning: the judge's grades over the final pool: all " in err
+    assert "verdicts are 3: the judge does not tell these items apart" in err
