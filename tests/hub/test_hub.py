@@ -69,8 +69,12 @@ def pushed(built: Path, client_env: dict[str, str]) -> str:
     return REPO_ID
 
 
-def _rows(folder: str | Path) -> dict[str, dict[str, list]]:
-    return {c: {s: d.to_list() for s, d in datasets.load_dataset(str(folder), c).items()} for c in CONFIGS}
+def _rows(folder: str | Path, cache: Path) -> dict[str, dict[str, list]]:
+    """Every config's rows as ``load_dataset`` reads the local folder, through a cache of this test's own (the
+    default cache keys a local folder by file names and sizes, so a build of the same sizes from another day could
+    answer instead)."""
+    return {c: {s: d.to_list() for s, d in datasets.load_dataset(str(folder), c, cache_dir=str(cache)).items()}
+            for c in CONFIGS}
 
 
 def test_load_dataset_by_repo_id_reads_the_pushed_rows(pushed, built, client_env, tmp_path):
@@ -82,7 +86,7 @@ def test_load_dataset_by_repo_id_reads_the_pushed_rows(pushed, built, client_env
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr
     remote = json.loads((tmp_path / "rows.json").read_text())
-    local = json.loads(json.dumps(_rows(built), default=str))
+    local = json.loads(json.dumps(_rows(built, tmp_path / "datasets-cache"), default=str))
     assert remote == local
     assert all(remote[c]["validation"] for c in CONFIGS)
 
