@@ -25,9 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                            "assemble) -> an MTR-Bench-shaped benchmark",
                                formatter_class=argparse.RawDescriptionHelpFormatter,
                                epilog=examples_text(EXAMPLES["synthesize mtr"]))
-    mtr.add_argument("--corpus", metavar="SOURCE", required=True,
-                     help="the corpus: a JSONL / Parquet file (_id or id, title, text), a folder of them, or a folder "
-                          "written by `convrag build` (its corpus config)")
+    mtr.add_argument("--corpus", metavar="SOURCE",
+                     help="the corpus (needed by the curate stage): a JSONL / Parquet file (_id or id, title, "
+                          "text), a folder of them, or a folder written by `convrag build` (its corpus config)")
     mtr.add_argument("--corpus-config", help="config of a built folder holding the corpus (default: its only *corpus)")
     _common(mtr, "curate,cluster,converse,polish,assemble",
             "chunk_size=1024, min_length=N, quality=heuristic, cluster_size=8, k=100, index=flat|hnsw|ivf, "
@@ -44,11 +44,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                                "(load, align, aspects, facts, turns, release) -> a RECOR-shaped "
                                                "benchmark", formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=examples_text(EXAMPLES["synthesize recor"]))
-    recor.add_argument("--input", metavar="FILE", required=True,
-                       help="the question-answer items: JSONL {id, query, answer, documents [{doc_id, text}], "
-                            "reasoning?, domain?, negatives?}, a BRIGHT examples file (--option input_format=bright "
-                            "--option documents=BRIGHT_DOCS.jsonl) or MTRAG conversations.json (--option "
-                            "input_format=mtrag --option domain=NAME)")
+    recor.add_argument("--input", metavar="FILE",
+                       help="the question-answer items (needed by the load stage): JSONL {id, query, answer, "
+                            "documents [{doc_id, text}], reasoning?, domain?, negatives?}, a BRIGHT examples file "
+                            "(--option input_format=bright --option documents=BRIGHT_DOCS.jsonl) or MTRAG "
+                            "conversations.json (--option input_format=mtrag --option domain=NAME)")
     _common(recor, "load,align,aspects,facts,turns,release",
             "input_format=jsonl|bright|mtrag, documents=PATH, negatives=PATH, domain=NAME, limit=N, "
             "profile=authors|convrag, threshold=N (gold-document score; default 4.0 under authors, 5.0 under "
