@@ -19,8 +19,9 @@ plots carry them as a footnote. Kinds:
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from convrag.evaluation.engine import Scored
@@ -34,17 +35,16 @@ _CUTOFF = re.compile(r"@(\d+)$")
 _SET_MEASURES = {"recall", "r", "success", "hit", "hitrate", "hit_rate"}
 
 
-def _candidates(scored: Scored) -> dict[str, int]:
-    """Query id -> how many documents its search ranks (its pool, else its subset's corpus)."""
+def _candidates(scored: Scored, size: Callable[[str], int]) -> dict[str, int]:
+    """Query id -> how many documents its search ranks (its pool, else its subset's corpus, ``size(subset)``)."""
     data = scored.data
     if data.pools is not None:
         return {t.qid: len(data.pools.get(t.qid, [])) for t in data.turns}
-    sizes = {s: len(data.doc_ids(s)) for s in data.subsets}
-    return {t.qid: sizes[t.domain] for t in data.turns}
+    return {t.qid: size(t.domain) for t in data.turns}
 
 
-def _saturated(scored: Scored) -> list[dict[str, Any]]:
-    candidates = _candidates(scored)
+def _saturated(scored: Scored, size: Callable[[str], int]) -> list[dict[str, Any]]:
+    candidates = _candidates(scored, size)
     if not candidates:
         return []
     where = "pool" if scored.data.pools is not None else "corpus"
@@ -72,7 +72,7 @@ def _saturated(scored: Scored) -> list[dict[str, Any]]:
              "largest_search_space": largest, "text": text + "."}]
 
 
-def _reduced(scored: Scored) -> list[dict[str, Any]]:
+def _reduced(scored: Scored, size: Callable[[str], int]) -> list[dict[str, Any]]:
     own = next(iter(scored.profile.corpus))
     other: dict[str, list[str]] = {}
     for subset, kind in scored.data.corpus_kind.items():
@@ -80,7 +80,7 @@ def _reduced(scored: Scored) -> list[dict[str, Any]]:
             other.setdefault(kind, []).append(subset or "all")
     out = []
     for kind, subsets in other.items():
-        sizes = sum(len(scored.data.doc_ids(s if s != "all" else "")) for s in subsets)
+        sizes = sum(size(s if s != "all" else "") for s in subsets)
         out.append({"kind": "reduced-corpus",
                     "text": f"Scored against the {kind!r} corpus ({sizes:,} documents; {', '.join(sorted(subsets))}), "
                             f"not the benchmark's own {own!r} corpus: a far smaller search space, so these figures "
@@ -106,7 +106,8 @@ def caveats(results: Mapping[str, Any], scored: Scored) -> list[dict[str, Any]]:
     saturation, small groups."""
     out = [{"kind": "placeholder", "text": part["note"]} for part in (results.get("synthesis"), results.get("llm"))
            if part and part.get("placeholder")]
-    return out + _reduced(scored) + _saturated(scored) + _small_groups(scored)
+    size = functools.cache(lambda subset: len(scored.data.doc_ids(subset)))  # each corpus's ids read once, if at all
+    return out + _reduced(scored, size) + _saturated(scored, size) + _small_groups(scored)
 
 
 def caveat_block(items: list[Mapping[str, Any]]) -> str:

@@ -1,6 +1,6 @@
 """Reading a model's free-text reply: the part after a reasoning block, whether it declines the task, and whether it
 gives nothing to use; and whether a set of answers or of judge verdicts is degenerate (the thresholds are the
-module's constants; docs/guides/degenerate-output.md says why)."""
+module's constants; docs/failure-rules.md says why)."""
 
 from __future__ import annotations
 
