@@ -22,7 +22,7 @@ def run_command(args: argparse.Namespace) -> int:
     Every output is written under a temporary name and renamed into place once all are written; summary.json's
     ``files`` lists them, and the outputs an earlier audit into the same folder listed and this one did not write
     are removed (nothing else in the folder is touched)."""
-    from convrag.audit.report import caution_lines, coverage, empty_dimensions, heatmap, render, summarize
+    from convrag.audit.report import cautions, coverage, empty_dimensions, heatmap, render, summarize
     from convrag.audit.runner import estimate, make_judges, parse_dimensions, run_audit, write_verdicts
     from convrag.benchmarks.recor.judges_tables import apply_profile, domain_table
     from convrag.core.out_folder import check_not_input, claim_out, locked
@@ -117,8 +117,8 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"Judge {judge.spec}: {judge.report.summary()}")
     if removed:
         print(f"Removed the earlier audit's {', '.join(removed)} (not written by this run)")
-    for line in caution_lines(summary)[2:-1]:
-        print(f"convrag audit: warning: {line[2:]}", file=sys.stderr)
+    for line in cautions(summary):
+        print(f"convrag audit: warning: {line}", file=sys.stderr)
     if any(is_placeholder(j) for j in judges):
         print(f"\nWarning: {PLACEHOLDER_WARNING}. To measure, {REAL_MODEL_HINT.replace('point it', 'point --judge')}.")
     if failed:

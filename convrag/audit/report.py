@@ -72,12 +72,16 @@ def constant(verdicts: Sequence[Any]) -> list[dict[str, str]]:
             if (line := constant_verdicts(values)) is not None]
 
 
+def cautions(summary: Mapping[str, Any]) -> list[str]:
+    """One sentence per judge and dimension whose verdicts do not vary (``constant_verdicts`` of each benchmark)."""
+    return [f"{name}, {c['judge']}, {c['dimension']}: {c['text']}." for name, bench in summary["benchmarks"].items()
+            for c in bench.get("constant_verdicts") or []]
+
+
 def caution_lines(summary: Mapping[str, Any]) -> list[str]:
-    """The "Read with care" block of summary.md: judges whose verdicts on a dimension do not vary (nothing when every
-    judge's verdicts vary)."""
-    found = [f"- {name}, {c['judge']}, {c['dimension']}: {c['text']}." for name, bench in summary["benchmarks"].items()
-             for c in bench.get("constant_verdicts") or []]
-    return ["## Read with care", "", *found, ""] if found else []
+    """The "Read with care" block of summary.md: the :func:`cautions` (nothing when there is none)."""
+    found = cautions(summary)
+    return ["## Read with care", "", *(f"- {line}" for line in found), ""] if found else []
 
 
 def coverage(runs: Sequence[AuditRun], dimensions: Sequence[str]) -> dict[str, dict[str, dict[str, Any]]]:

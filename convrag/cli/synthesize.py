@@ -70,7 +70,6 @@ def _common(p: argparse.ArgumentParser, stages: str, options: str) -> None:
     p.add_argument("--redo", metavar="STAGE[,STAGE]", help="clear these stages (and the later ones) and run them again")
     p.add_argument("--dry-run", action="store_true", help="print records, LLM calls, tokens and cost; write nothing")
     p.add_argument("--no-progress", action="store_true", help=NO_PROGRESS_HELP)
-    p.set_defaults(func=cmd_synthesize)
 
 
 def cmd_synthesize(args: argparse.Namespace) -> int:

@@ -36,7 +36,7 @@ def make_lexical(metrics: Sequence[str], profile: str, args: Any) -> Any:
 def run_command(args: Any, judges: Sequence[str]) -> int:
     """``convrag evaluate-generation`` for a judge-scored built folder: every input is read and checked before the
     first judge call; nothing is written unless scoring succeeds."""
-    from convrag.benchmarks.recor.generation_tables import caution_lines, render_tables, write_outputs
+    from convrag.benchmarks.recor.generation_tables import cautions, render_tables, write_outputs
     from convrag.core.progress import wanted
     from convrag.evaluation.lexical import parse_metrics
     from convrag.llm import get_llm
@@ -79,6 +79,6 @@ def run_command(args: Any, judges: Sequence[str]) -> int:
     if any(is_placeholder(j) for j in judges):
         print(f"\nWarning: {PLACEHOLDER_WARNING}. To measure, {REAL_MODEL_HINT.replace('point it', 'point --judge')}.")
     print(result["summary"]["comparability"]["line"])
-    for line in caution_lines(result["summary"])[2:-1]:
-        print(f"convrag evaluate-generation: warning: {line[2:]}", file=sys.stderr)
+    for line in cautions(result["summary"]):
+        print(f"convrag evaluate-generation: warning: {line}", file=sys.stderr)
     return 0

@@ -172,13 +172,17 @@ def _table(head: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in body), ""]
 
 
-def caution_lines(s: Mapping[str, Any]) -> list[str]:
-    """The "Read with care" block that opens results.md: degenerate answer files and judge dimensions whose verdicts
-    do not vary (nothing when there is neither)."""
-    found = [f"- {label}: degenerate answers: {flag}." for label, checks in (s.get("degenerate") or {}).items()
+def cautions(s: Mapping[str, Any]) -> list[str]:
+    """One sentence per degenerate answer file and per judge dimension whose verdicts do not vary."""
+    found = [f"{label}: degenerate answers: {flag}." for label, checks in (s.get("degenerate") or {}).items()
              for flag in checks["flags"]]
-    found += [f"- Judge dimension {d}: {line}." for d, line in (s.get("constant_verdicts") or {}).items()]
-    return ["## Read with care", "", *found, ""] if found else []
+    return found + [f"Judge dimension {d}: {line}." for d, line in (s.get("constant_verdicts") or {}).items()]
+
+
+def caution_lines(s: Mapping[str, Any]) -> list[str]:
+    """The "Read with care" block that opens results.md: the :func:`cautions` (nothing when there is none)."""
+    found = cautions(s)
+    return ["## Read with care", "", *(f"- {line}" for line in found), ""] if found else []
 
 
 def _notes(s: Mapping[str, Any], settings_line: bool) -> list[str]:
