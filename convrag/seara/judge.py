@@ -307,9 +307,10 @@ def judge_pairs(pairs: Sequence[tuple[str, str]], queries: Mapping[str, Query], 
     llm = getattr(judge, "llm", None)
     if pool is not None and isinstance(llm, LLM):
         model = llm.backend.model.lower()
-        named = re.compile(rf"(?<![\w.-]){re.escape(model)}(?![\w.-])") if model else None
+        named = re.compile(rf"(?<![\w.]){re.escape(model)}(?![\w.])") if model else None
         clash = [c for c in pool.configurations if named is not None and named.search(c.lower())]
-        if clash:  # memo 6.3: circularity guard, a warning and no block
+        if clash:  # memo 6.3: circularity guard, a warning and no block; the name is a token ('gpt-4o-mini-rerank'
+            # names gpt-4o-mini), never part of a longer word or version ('bm25' does not name 'm')
             warnings.warn(f"judge model {llm.backend.model!r} also appears in configurations {clash}: an LLM judge "
                           "tends to favour its own family", stacklevel=2)
     before = llm.report.to_dict() if isinstance(llm, LLM) else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -213,6 +214,10 @@ def test_cost_estimate_and_hard_cap_refuse_before_any_call(tmp_path: Path) -> No
     done = judge_pool(pool, QUERIES, CHUNKS, llm, max_calls=6, echo=None)
     with pytest.warns(UserWarning, match="favour its own family"):  # the circularity guard warns, never blocks
         judge_pool(build_pool({"gpt-4o-mini-rerank": RUNS["A"]}, k=2), QUERIES, CHUNKS, llm, echo=None)
+    with warnings.catch_warnings():  # a name is matched as a whole token: a judge "m" is not named by "bm25"
+        warnings.simplefilter("error")
+        judge_pool(build_pool({"bm25": RUNS["A"]}, k=2), QUERIES, CHUNKS,
+                   fake_llm(tmp_path / "m", backend=PricedBackend(responder=_reply, model="m")), echo=None)
     assert len(backend.calls) == 6 and done.llm["cost_usd"] > 0 and done.failed == []
 
 
