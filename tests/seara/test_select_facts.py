@@ -364,3 +364,25 @@ def test_a_judge_that_grades_every_pair_alike_is_flagged_over_http(files: dict, 
     assert code == 0, err
     assert "convrag select: warning: the judge's grades over the final pool: all " in err
     assert "verdicts are 3: the judge does not tell these items apart" in err
+
+
+def test_a_judge_that_gives_every_request_the_highest_grade_fails_on_facts_with_exit_1(
+        files: dict, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The sweep's case: one reply (grade 3) to every request, across two chunkings (so facts choose). The fact
+    extractor receives the grade too, which quotes nothing: no query has a fact its lists can reach. That is a
+    failed run (exit 1, one line saying so, the report marked incomplete), never bad input (exit 2)."""
+    records = files["records"][:4]
+    space = {"depth": 3, "judge": {"concurrency": 2},
+             "dimensions": {"chunking": {k: CHUNKINGS[k] for k in ("paragraphs", "sent3")},
+                            "retrieval": {"bm25": {"retriever": "bm25"}}},
+             "search": {"strategy": "grid", "bootstrap": 50}}
+    reply = '{"rationale": "The passage fully answers the question.", "grade": 3}'
+    code, server = _select_over_http(files, tmp_path, records, space, lambda body: reply, "max_retries=0;timeout=5")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1, err
+    failed = [line for line in err if "failed:" in line]
+    assert len(failed) == 1 and "no query has a usable fact" in failed[0] and "unparseable" in failed[0], err
+    report = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
+    assert report["complete"] is False
+    assert sorted(report["pools"][0]["facts"]["failed_queries"]) == sorted(r["_id"] for r in records)
+    assert not (tmp_path / "out" / "chosen.yaml").exists()
