@@ -25,6 +25,21 @@ _NEEDS_PASSAGES = ("k_precision", "rb_alg_raw")
 _FOLDED = {re.sub("[^a-z]", "", name): name for name in (*CONDITIONED, *JUDGE_FREE)}
 
 
+def _check_task_ids(task_ids: Sequence[Any] | None, n: int) -> None:
+    """One id per prediction, none repeated (an integer id is its string form)."""
+    if task_ids is None:
+        return
+    if len(task_ids) != n:
+        raise ValueError(f"task_ids has {len(task_ids)} entries for {n} predictions")
+    first: dict[str, int] = {}
+    for i, task_id in enumerate(task_ids):
+        key = str(task_id)
+        if key in first:
+            raise ValueError(f"task_ids[{i}] repeats task {key!r} (first at task_ids[{first[key]}]): each task is "
+                             "scored once, give each its own id")
+        first[key] = i
+
+
 def metric_names(names: Sequence[str]) -> tuple[str, ...]:
     """``names`` in canonical form, read case-insensitively and ignoring ``-`` / ``_`` (``RB-alg``, ``ROUGE-L``,
     ``rougeL`` and ``K_Precision`` are ``rb_alg``, ``rouge_l``, ``rouge_l`` and ``k_precision``).
@@ -87,7 +102,8 @@ Args:
     conversations: each task's conversation, [{"speaker": "user"|"agent", "text": str}, ...], ending with the
         current user question.
     answerabilities: each task's label: ANSWERABLE, PARTIAL, UNANSWERABLE, CONVERSATIONAL, UNDERSPECIFIED or None.
-    domains, turns, task_ids: optional, for breakdowns and per-task output.
+    domains, turns, task_ids: optional, for breakdowns and per-task output; task ids must be unique (a repeated
+        one would score one task twice).
     judge: LLM spec ("openai:MODEL@URL", "hf:PATH", ...; "default" = the embedded SmolLM2-135M placeholder, which
         only shows that the plumbing works), an LLM, or a list (ensemble). Required: None takes $CONVRAG_LLM and is
         an error when it is unset.
@@ -199,6 +215,7 @@ class Generation(evaluate.Metric):
         if unknown:
             raise ValueError(f"unknown argument(s) {sorted(unknown)}; settings: {list(_SETTINGS)}, prompt roles: "
                              f"{sorted(DEFAULT_PROMPTS)}")
+        _check_task_ids(task_ids, len(predictions))
         options = {**self.settings, **settings}
         if settings.get("metrics") is not None:
             options["metrics"] = metric_names(settings["metrics"])

@@ -232,6 +232,10 @@ def test_evaluate_module_settings_at_load_and_errors() -> None:
     with pytest.raises(ValueError, match="unknown argument"):
         module.compute(predictions=["a"], references=["b"], passages=[[]],
                        conversations=[[{"speaker": "user", "text": "q"}]], judges="x")
+    for extra in ({}, {"metrics": ["rouge_l"]}):  # a repeated task id is refused, judged or judge-free
+        with pytest.raises(ValueError, match=r"task_ids\[2\] repeats task '7' \(first at task_ids\[0\]\)"):
+            module.compute(predictions=["a", "b", "c"], references=["a", "b", "c"], passages=[[], [], []],
+                           conversations=[[{"speaker": "user", "text": "q"}]] * 3, task_ids=[7, "8", "7"], **extra)
 
 
 def test_evaluate_module_doctests() -> None:
