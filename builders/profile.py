@@ -87,14 +87,22 @@ class EvaluationProfile:
         return "{subset}" in self.qrels
 
     def check_measures(self, measures: list[str] | tuple[str, ...]) -> None:
-        """Raise ``ConvragError`` when the aggregation cannot report ``measures`` (RECOR's tables need nDCG@10;
-        MTRAG's official rows are nDCG@k and Recall@k only)."""
+        """Raise before any work when ``measures`` cannot be reported: no measure, a repeated one, a name the
+        retrieval metric does not compute (``MeasureError``, one line naming the known families), or RECOR's tables
+        without nDCG@10. MTRAG (``mtrag-official``) takes every measure the retrieval metric computes: nDCG@k and
+        Recall@k make its official rows, the others are extra columns of our rows
+        (:func:`convrag.benchmarks.mtrag.scoring.split_measures`)."""
+        from convrag.metrics.retrieval.compute import parse_measure
+
+        if not measures:
+            raise ConvragError("no measure to compute: give at least one, e.g. --measures nDCG@10")
+        for name in measures:
+            parse_measure(name)
+        repeated = sorted({m for m in measures if list(measures).count(m) > 1})
+        if repeated:
+            raise ConvragError(f"measures are repeated: {', '.join(repeated)}")
         if self.aggregation == "domain-macro" and "nDCG@10" not in measures:
             raise ConvragError("this benchmark's tables are built on nDCG@10: include it in --measures")
-        if self.aggregation == "mtrag-official":
-            bad = [m for m in measures if not (m.startswith(("nDCG@", "Recall@")) and m.split("@")[1].isdigit())]
-            if bad or not measures:
-                raise ConvragError(f"the official Subtask A rows are nDCG@k and Recall@k only; got {bad or measures}")
 
     def label(self, measure: str) -> str:
         return self.labels.get(measure, measure)

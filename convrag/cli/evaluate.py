@@ -35,7 +35,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                         "reasoning-metadata, dialogue, dialogue+rewrite, field:NAME; a named LLM "
                                         "strategy always runs")
     p.add_argument("--views", help="alias of --strategies (MTRAG's query views)")
-    p.add_argument("--measures", help="metric names instead of the benchmark's, e.g. Recall@100,Recall@1000")
+    p.add_argument("--measures", help="metric names instead of the benchmark's, e.g. Recall@100,Recall@1000 (any "
+                                      "measure of the retrieval metric; MTRAG shows those beyond nDCG@k and Recall@k "
+                                      "as extra columns, not official)")
     p.add_argument("--run", action="append", metavar="NAME=FILE", help="also score a TREC run file (repeatable)")
     p.add_argument("--submission", action="append", metavar="NAME=FILE",
                    help="also score an official-format submission (benchmarks that have one, e.g. MTRAG .jsonl)")
@@ -213,6 +215,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     print(render(results, profile, digits=args.digits))
     print(f"Wrote {Path(args.out) / 'results.json'}, results.md and runs/ (TREC run files)")
     warnings = [results["llm"]["note"]] if results.get("llm") and results["llm"]["placeholder"] else []
+    if results.get("extra_measures") and not results.get("official_measures"):  # MTRAG asked for extras only
+        warnings.append(f"no official Subtask A measure was asked ({', '.join(results['extra_measures'])} are extra "
+                        "measures): there is no official row; add nDCG@k or Recall@k for one")  # fmt: skip
     for name, c in results["coverage"].items():
         if c["missing"]:
             warnings.append(f"{name} ranks {c['ranked']} of {c['queries']} queries (see Coverage)")

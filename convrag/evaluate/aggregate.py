@@ -6,7 +6,7 @@
 * ``domain-macro``: mean within each subset (domain), then the mean of the domain means, with a stratified
   bootstrap; RECOR's analyses (:mod:`convrag.benchmarks.recor.aggregate`).
 * ``mtrag-official``: MTRAGEval Subtask A's weighted "all" row, with our labelled macro / micro beside it
-  (:mod:`convrag.benchmarks.mtrag.scoring`).
+  (:mod:`convrag.benchmarks.mtrag.scoring`); measures other than nDCG@k / Recall@k are extra columns of our rows.
 """
 
 from __future__ import annotations
@@ -106,17 +106,20 @@ def aggregate_domain_macro(scored: Scored, n_bootstrap: int = 1000, confidence: 
 
 
 def aggregate_mtrag(scored: Scored, n_bootstrap: int = 1000, confidence: float = 0.95, seed: int = 0) -> dict[str, Any]:
-    """The ``mtrag-official`` rule: one entry per (system, strategy) with the official and our aggregates."""
-    from convrag.benchmarks.mtrag.scoring import GROUP_FIELDS, judged, score_subtask_a
+    """The ``mtrag-official`` rule: one entry per (system, strategy) with the official and our aggregates.
+    ``official_measures`` (nDCG@k and Recall@k at every cut-off asked) have official rows; ``extra_measures`` (every
+    other measure asked) are in our rows only; ``measures`` is both, in table order."""
+    from convrag.benchmarks.mtrag.scoring import GROUP_FIELDS, judged, score_subtask_a, split_measures
     from convrag.benchmarks.mtrag.scoring import measures as mtrag_measures
 
-    ks = tuple(sorted({int(m.split("@")[1]) for m in scored.measures if "@" in m}))
-    names = mtrag_measures(ks)
+    ks, extra = split_measures(scored.measures)
+    official = mtrag_measures(ks)
+    names = official + extra
     labels = {t.qid: {f: t.fields.get(f, "") for f in GROUP_FIELDS} for t in scored.data.turns}
     entries = []
     for system, by_strategy in scored.per_turn.items():
         for strategy in by_strategy:
-            result = score_subtask_a(scored.runs[(system, strategy)], scored.data.qrels, labels, ks)
+            result = score_subtask_a(scored.runs[(system, strategy)], scored.data.qrels, labels, ks, extra)
             ci = {m: bootstrap_ci([s[m] for s in result.per_query.values()], confidence, n_bootstrap, seed).to_dict()
                   for m in names}  # fmt: skip
             domain_ci = {d: {m: bootstrap_ci([result.per_query[q][m] for q in judged(scored.data.qrels[d])],
@@ -125,8 +128,9 @@ def aggregate_mtrag(scored: Scored, n_bootstrap: int = 1000, confidence: float =
             entries.append({"system": system, "view": strategy, **result.to_dict(), "micro_ci": ci,
                             "domain_ci": domain_ci})  # fmt: skip
     return {"domains": scored.data.subsets, "corpus_kind": scored.data.corpus_kind, "views": scored.strategies,
-            "k_values": list(ks), "measures": names, "confidence": confidence, "n_bootstrap": n_bootstrap,
-            "seed": seed, "top_k": scored.info["top_k"], "results": entries}  # fmt: skip
+            "k_values": list(ks), "measures": names, "official_measures": official, "extra_measures": extra,
+            "confidence": confidence, "n_bootstrap": n_bootstrap, "seed": seed, "top_k": scored.info["top_k"],
+            "results": entries}  # fmt: skip
 
 
 AGGREGATE = {"mean": aggregate_mean, "domain-macro": aggregate_domain_macro, "mtrag-official": aggregate_mtrag}

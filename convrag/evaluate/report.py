@@ -48,7 +48,7 @@ def _generic(results: Mapping[str, Any], digits: int) -> str:
 
 
 def _mtrag(results: Mapping[str, Any], digits: int) -> str:
-    from convrag.benchmarks.mtrag.scoring import render_tables
+    from convrag.benchmarks.mtrag.tables import render_tables
 
     return render_tables(results, digits=digits)
 

@@ -11,6 +11,11 @@ row is ``sum(score_c * count_c) / sum(count_c)``, a mean weighted by submitted t
 Our own rows, labelled as such: per domain the unrounded mean over every judged task (a judged task missing from the
 run scores 0), the ``macro`` mean of the domain means, the ``micro`` mean over all judged tasks (with bootstrap CIs);
 breakdowns by answerability, multi-turn type and standalone label (``(unlabelled)`` where a task has none).
+
+Extra measures: any other measure the retrieval metric computes (``RR@10``, ``AP@10``, ``P@5``, ``Success@k``,
+``R_cap@k``, ...) is scored per task by the same ``score_run`` and appears in our rows only, never in the official
+ones (:func:`split_measures`); the official values are the same, bit for bit, whatever extras are asked beside them.
+
 Submission format, one JSON object per line: ``task_id`` (string), ``Collection`` (string), ``contexts`` (a list of
 at most 10 objects with a string ``document_id`` and a numeric ``score``).
 """
@@ -25,10 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from convrag.benchmarks.mtrag.tables import render_tables as render_tables  # re-exported: the report
 from convrag.builders.mtrag_source import COLLECTIONS, DOMAINS, normalize_domain, normalize_task_id
 from convrag.core.errors import DataError
 from convrag.core.jsonl import read_jsonl
-from convrag.metrics.retrieval.compute import score_run
+from convrag.metrics.retrieval.compute import parse_measure, score_run
 from convrag.metrics.retrieval.trec import TrecFormatError, text_lines
 
 K_VALUES = (1, 3, 5, 10)
@@ -37,6 +43,8 @@ MAX_BYTES = 20 * 2**20  # IBM's format checker reports larger files
 OFFICIAL_DIGITS = 5
 GROUP_FIELDS = ("answerability", "multi_turn", "standalone")
 UNLABELLED = "(unlabelled)"
+#: the families of the official Subtask A measures (``nDCG@k``, ``Recall@k``; ir_measures' ``R@k`` is ``Recall@k``)
+OFFICIAL_FAMILIES = ("nDCG", "Recall")
 Run = dict[str, dict[str, float]]
 Qrels = dict[str, dict[str, int]]
 
@@ -45,6 +53,25 @@ def measures(k_values: Iterable[int] = K_VALUES) -> list[str]:
     """Measure names in table order: ``nDCG@k`` then ``Recall@k``."""
     ks = list(k_values)
     return [f"nDCG@{k}" for k in ks] + [f"Recall@{k}" for k in ks]
+
+
+def split_measures(names: Iterable[str]) -> tuple[tuple[int, ...], list[str]]:
+    """The cut-offs of the official measures among ``names`` (``nDCG@k`` or ``Recall@k``, by any name the retrieval
+    metric gives them; either one brings both into the official rows) and the extra measures, in the order given.
+    A name the retrieval metric does not know raises its ``MeasureError``.
+
+    >>> split_measures(["nDCG@5", "RR@10", "R@3", "P@5"])
+    ((3, 5), ['RR@10', 'P@5'])
+    """
+    ks: set[int] = set()
+    extra: list[str] = []
+    for name in names:
+        family, k = parse_measure(name)
+        if family in OFFICIAL_FAMILIES and k is not None:
+            ks.add(k)
+        else:
+            extra.append(name)
+    return tuple(sorted(ks)), extra
 
 
 def ranked(scores: Mapping[str, float]) -> list[str]:
@@ -61,7 +88,10 @@ def judged(qrels: Qrels) -> list[str]:
 
 @dataclass
 class SubtaskAResult:
-    """Scores of one run: per-query values, per-domain rows, the official "all" row and our aggregates."""
+    """Scores of one run: per-query values, per-domain rows, the official "all" row and our aggregates.
+
+    ``extra_measures``: measures beside the official ones; they are in ``per_query``, each domain's ``ours``,
+    ``macro``, ``micro`` and ``groups``, never in the official rows (each domain's ``official``, ``official_all``)."""
 
     k_values: tuple[int, ...]
     per_query: dict[str, dict[str, float]]
@@ -72,10 +102,13 @@ class SubtaskAResult:
     groups: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     unscored_tasks: int = 0
     notes: list[str] = field(default_factory=list)
+    extra_measures: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
+        official = measures(self.k_values)
         return {
-            "k_values": list(self.k_values), "measures": measures(self.k_values), "domains": self.domains,
+            "k_values": list(self.k_values), "measures": official + self.extra_measures,
+            "official_measures": official, "extra_measures": list(self.extra_measures), "domains": self.domains,
             "official_all": self.official_all, "macro": self.macro, "micro": self.micro, "groups": self.groups,
             "unscored_tasks": self.unscored_tasks, "notes": self.notes, "per_query": self.per_query,
         }  # fmt: skip
@@ -90,13 +123,17 @@ def score_subtask_a(
     qrels: Mapping[str, Qrels],
     labels: Mapping[str, Mapping[str, str]] | None = None,
     k_values: Iterable[int] = K_VALUES,
+    extra_measures: Iterable[str] = (),
 ) -> SubtaskAResult:
     """Score ``runs`` ({domain: run}) against ``qrels`` ({domain: qrels}) as the official script does.
 
     ``labels``: task id -> {"answerability": ..., "multi_turn": ..., "standalone": ...} for breakdowns.
+    ``extra_measures``: other names the retrieval metric computes, scored into our rows only (``k_values`` may then
+    be empty: no official row).
     """
     ks = tuple(k_values)
-    names = measures(ks)
+    official, extra = measures(ks), list(extra_measures)
+    names = official + extra
     per_query: dict[str, dict[str, float]] = {}
     domains: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
@@ -111,7 +148,7 @@ def score_subtask_a(
         unscored += sum(1 for q in run if q not in scored)
         row: dict[str, Any] = {"count": len(run), "n_evaluated": len(evaluated), "n_judged": len(scored),
                                "n_missing": len(scored) - len(evaluated)}  # fmt: skip
-        row["official"] = {m: round(_mean([per_query[q][m] for q in evaluated]), OFFICIAL_DIGITS) for m in names}
+        row["official"] = {m: round(_mean([per_query[q][m] for q in evaluated]), OFFICIAL_DIGITS) for m in official}
         row["ours"] = {m: _mean([per_query[q][m] for q in order]) for m in names}
         if not evaluated and run:
             notes.append(f"{d}: no run task has qrels; the official script would fail on this collection")
@@ -119,7 +156,7 @@ def score_subtask_a(
     weighted = [r for r in domains.values() if r["count"] and r["n_evaluated"]]
     total = sum(r["count"] for r in weighted)
     official_all = {m: sum(r["official"][m] * r["count"] for r in weighted) / total if total else float("nan")
-                    for m in names}  # fmt: skip
+                    for m in official}  # fmt: skip
     with_judged = [r for r in domains.values() if r["n_judged"]]
     macro = {m: _mean([r["ours"][m] for r in with_judged]) for m in names}
     micro = {m: _mean([s[m] for s in per_query.values()]) for m in names}
@@ -132,7 +169,7 @@ def score_subtask_a(
                 by_value.setdefault(value, []).append(qid)
             groups[name] = {v: {"n": len(q), **{m: _mean([per_query[x][m] for x in q]) for m in names}}
                             for v, q in sorted(by_value.items())}  # fmt: skip
-    return SubtaskAResult(ks, per_query, domains, official_all, macro, micro, groups, unscored, notes)
+    return SubtaskAResult(ks, per_query, domains, official_all, macro, micro, groups, unscored, notes, extra)
 
 
 # ---------------------------------------------------------------- submission files
@@ -315,45 +352,3 @@ def write_submission(runs: Mapping[str, Run], path: str | Path, top_k: int = MAX
                 item = {"task_id": tid, "Collection": COLLECTIONS[d],
                         "contexts": [{"document_id": doc, "score": float(ranking[doc])} for doc in top]}  # fmt: skip
                 handle.write(json.dumps(item) + "\n")
-
-
-# ---------------------------------------------------------------- report
-
-
-def _fmt(value: float, digits: int) -> str:
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
-
-
-def render_tables(results: Mapping[str, Any], digits: int = 3) -> str:
-    """Markdown report: a Table-1-shaped summary (system x view; official weighted "all" row, and our
-    micro mean with its CI), then per system and view the per-domain, macro and breakdown rows."""
-    names = results["measures"]
-    head = "| system | view | row | " + " | ".join(names) + " |\n|---|---|---|" + "---|" * len(names)
-    kinds = ", ".join(f"{domain} {kind}" for domain, kind in results["corpus_kind"].items())
-    lines = ["## Subtask A retrieval (only tasks with qrels are scored)", "",
-             f"Corpus per domain: {kinds}. Official \"all\" = per-domain means rounded to 5 "
-             "decimals, weighted by tasks submitted per domain (run lines); macro = mean of domain means (ours); "
-             f"micro = mean over all judged tasks with {int(results['confidence'] * 100)}% bootstrap CI (ours).",
-             "", head]  # fmt: skip
-    for e in results["results"]:
-        official = [_fmt(e["official_all"][m], digits) for m in names]
-        micro = [f"{_fmt(e['micro_ci'][m]['mean'], digits)} [{_fmt(e['micro_ci'][m]['low'], digits)}, "
-                 f"{_fmt(e['micro_ci'][m]['high'], digits)}]" for m in names]  # fmt: skip
-        lines.append(f"| {e['system']} | {e['view']} | all (official, weighted) | " + " | ".join(official) + " |")
-        lines.append(f"| {e['system']} | {e['view']} | micro [CI] (ours) | " + " | ".join(micro) + " |")
-    for e in results["results"]:
-        lines += ["", f"### {e['system']} / {e['view']}", "",
-                  "| row | n | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]  # fmt: skip
-        for d, row in e["domains"].items():
-            lines.append(f"| {d} (official) | {row['count']} | "
-                         + " | ".join(_fmt(row["official"][m], digits) for m in names) + " |")  # fmt: skip
-        lines.append("| all (official, weighted) | " + str(sum(r["count"] for r in e["domains"].values())) + " | "
-                     + " | ".join(_fmt(e["official_all"][m], digits) for m in names) + " |")  # fmt: skip
-        lines.append("| macro (ours) | " + str(len(e["domains"])) + " | "
-                     + " | ".join(_fmt(e["macro"][m], digits) for m in names) + " |")  # fmt: skip
-        for group, values in e["groups"].items():
-            for value, stats in values.items():
-                lines.append(f"| {group}={value} | {stats['n']} | "
-                             + " | ".join(_fmt(stats[m], digits) for m in names) + " |")  # fmt: skip
-        lines += [f"\nNote: {n}" for n in e["notes"]]
-    return "\n".join(lines) + "\n"
