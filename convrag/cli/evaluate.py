@@ -32,8 +32,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                         "history+reasoning (+rewrite); MTRAG lastturn,questions,rewrite (the human "
                                         "rewrite view, no LLM); MTR-Bench history,lastturn): names the benchmark "
                                         "defines or any of baseline, rewrite, reasoning, history, history+reasoning, "
-                                        "reasoning-metadata, dialogue, dialogue+rewrite, field:NAME; a named LLM "
-                                        "strategy always runs")
+                                        "reasoning-metadata, dialogue, dialogue+rewrite, conversation, field:NAME; "
+                                        "a named LLM strategy always runs")
     p.add_argument("--views", help="alias of --strategies (MTRAG's query views)")
     p.add_argument("--measures", help="metric names instead of the benchmark's, e.g. Recall@100,Recall@1000 (any "
                                       "measure of the retrieval metric; MTRAG shows those beyond nDCG@k and Recall@k "
@@ -174,7 +174,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     strategies = args.strategies if args.strategies is not None else args.views
     check_retrievers(retrievers, "--retrievers")
     reranks = parse_reranks(args.rerank)
-    reranked = next((n for n in named if any(r.system(s) == n for r in reranks for s in retrievers)), None)
+    from convrag.retrievers.model_record import system_names
+
+    systems = list(system_names(retrievers)[0].values())
+    reranked = next((n for n in named if any(r.system(s) == n for r in reranks for s in systems)), None)
     if reranked is not None:
         raise ConvragError(f"--run / --submission NAME {reranked!r} is also a reranked system's name: rename it")
     if strategies is not None:

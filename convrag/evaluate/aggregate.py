@@ -148,4 +148,5 @@ def aggregate(scored: Scored, n_bootstrap: int = 1000, confidence: float = 0.95,
     results["search"] = scored.info["search"]
     results["llm"] = scored.info.get("llm")
     results["coverage"] = scored.coverage
+    results["renamed_systems"] = dict(scored.renamed)
     return results

@@ -15,6 +15,8 @@ plots carry them as a footnote. Kinds:
   means are too noisy to compare.
 * ``placeholder``: the benchmark's queries or labels, or an LLM strategy's queries, came from the embedded placeholder
   model (the note of :func:`convrag.evaluate.report.synthesis_info` or of the strategy's LLM).
+* ``renamed-systems``: two retrievers whose models are folders of the same name, so that their systems would share a
+  name; what they are called instead (:func:`convrag.retrievers.model_record.system_names`).
 """
 
 from __future__ import annotations
@@ -102,12 +104,13 @@ def _small_groups(scored: Scored) -> list[dict[str, Any]]:
 
 
 def caveats(results: Mapping[str, Any], scored: Scored) -> list[dict[str, Any]]:
-    """The caveats of an evaluation (see the module docstring), in a fixed order: placeholder, reduced corpus,
-    saturation, small groups."""
+    """The caveats of an evaluation (see the module docstring), in a fixed order: placeholder, renamed systems,
+    reduced corpus, saturation, small groups."""
     out = [{"kind": "placeholder", "text": part["note"]} for part in (results.get("synthesis"), results.get("llm"))
            if part and part.get("placeholder")]
     size = functools.cache(lambda subset: len(scored.data.doc_ids(subset)))  # each corpus's ids read once, if at all
-    return out + _reduced(scored, size) + _saturated(scored, size) + _small_groups(scored)
+    renamed = [{"kind": "renamed-systems", "text": f"{why}."} for why in dict.fromkeys(scored.renamed.values())]
+    return out + renamed + _reduced(scored, size) + _saturated(scored, size) + _small_groups(scored)
 
 
 def caveat_block(items: list[Mapping[str, Any]]) -> str:

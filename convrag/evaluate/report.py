@@ -253,6 +253,9 @@ def evaluate_folder(
                            "not part of them (score a run file with the retrieval metric instead)")  # fmt: skip
     names = [*external_runs, *submissions]
     retrievers = list(profile.retrievers if options.get("retrievers") is None else options["retrievers"])
+    from convrag.retrievers.model_record import system_names
+
+    retrievers += system_names(retrievers)[0].values()  # a run may not take a retriever's spec or system name
     clash = next((n for i, n in enumerate(names) if n in retrievers or n in names[:i]), None)
     if clash is not None:
         raise ConvragError(f"external run name {clash!r} is already used by a retriever or another run")

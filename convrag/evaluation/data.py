@@ -262,7 +262,7 @@ def read_turns(folder: Folder, profile: EvaluationProfile, subset: str, split: s
         turns = _view_turns(folder, profile, subset, split)
     elif profile.reader == "queries":
         rows = folder.rows(config, split)
-        turns = [_guarded(folder, config, split, lambda r=row, i=line: _query_turn(r, *folder.locate(config, split, i)))
+        turns = [_guarded(folder, config, split, lambda r=row, i=line: query_turn(r, *folder.locate(config, split, i)))
                  for line, row in enumerate(rows, start=1)]  # fmt: skip
     else:
         raise ConvragError(f"unknown turn reader {profile.reader!r}")
@@ -285,7 +285,7 @@ def _guarded(folder: Folder, config: str, split: str, read: Callable[[], T]) -> 
         raise DataError(f"unexpected content ({type(err).__name__}: {err})", files) from None
 
 
-def _query_turn(row: Mapping[str, Any], where: str, line: int | None) -> Turn:
+def query_turn(row: Mapping[str, Any], where: str, line: int | None) -> Turn:
     """Generic reader: ``_id``, ``text``; ``history`` as a string or a list of ``{role, content}``."""
     if not isinstance(row.get("_id"), str) or not isinstance(row.get("text"), str) or not row["text"].strip():
         raise DataError("query row needs a string '_id' and a non-empty 'text'", where, line)

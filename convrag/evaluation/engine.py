@@ -12,7 +12,9 @@ cut-off asked for (``Recall@1000`` gets 1000 documents). External runs and submi
 checked against the benchmark before any retriever runs (:func:`check_external`). Coverage (:func:`coverage`: queries
 ranked of the split's queries; missing ones score 0 in every mean, trec_eval's ``-c``) is recorded for every system.
 A rerank stage (``--rerank``, :mod:`convrag.evaluation.rerank`) adds each retriever's reranked runs as its own system
-``<retriever>><name>``.
+``<retriever>><name>``. A retriever's system is named by its spec with every model written by its name, never its path
+(:func:`convrag.retrievers.model_record.system_names`: ``dense:../m/x`` is ``dense:x``); ``Scored.names`` maps a spec
+to its system.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from convrag.evaluation.rerank import cut, load_stages, merge_notes, timed
 from convrag.evaluation.rerank import llm_note as rerank_note
 from convrag.metrics.retrieval.compute import score_run
 from convrag.retrievers import get_retriever
+from convrag.retrievers.model_record import system_names
 from convrag.retrievers.strategies import format_queries, get_strategy
 
 Run = dict[str, dict[str, float]]
@@ -51,6 +54,13 @@ class Scored:
     excluded: dict[str, list[str]] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
     coverage: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: retriever spec -> its system name (models by name, never by path); ``renamed``: system -> why it was renamed
+    names: dict[str, str] = field(default_factory=dict)
+    renamed: dict[str, str] = field(default_factory=dict)
+
+    def system(self, spec: str) -> str:
+        """The system name of retriever ``spec`` (``spec`` itself for a name no retriever spec has)."""
+        return self.names.get(spec, spec)
 
     def display_name(self, system: str, strategy: str) -> str:
         """``system`` for a benchmark with one strategy (and for external runs), else ``system|strategy``."""
@@ -248,6 +258,7 @@ def run_benchmark(
     profile.check_measures(list(measures or profile.measures))
     stages = load_stages(rerank or [], llm=llm, device=rerank_device)
     scored = Scored(profile, data, list(measures or profile.measures), list(chosen))
+    scored.names, scored.renamed = system_names(specs)
     texts, rewrite = {}, {}
     model = None
     for name, spec in chosen.items():
@@ -275,30 +286,30 @@ def run_benchmark(
         scored.info["llm"] = merge_notes(scored.info["llm"], rerank_note(stages, specs))
     search_k = k if k is None or not stages else max(k, *(st.spec.depth for st in stages))
     for spec in specs:
-        start = time.perf_counter()
+        start, system = time.perf_counter(), scored.system(spec)
         retriever = get_retriever(spec, **dict((retriever_options or {}).get(spec, {})))
         runs: dict[str, dict[str, Run]] = {n: {} for n in chosen}
         fitting: dict[str, dict[str, int]] = {}
         for s in data.subsets:
             turns = data.subset_turns(s)
-            with progress_scope(s, spec):  # bars read "<benchmark> · <subset> · <retriever> · <strategy>: <stage>"
+            with progress_scope(s, system):  # bars read "<benchmark> · <subset> · <retriever> · <strategy>: <stage>"
                 # one subset's rows at a time, not held after indexing (Corpora.read)
                 retriever.index(data.corpus.read(s) if isinstance(data.corpus, Corpora) else data.corpus[s],
                                 show_progress=progress)  # fmt: skip
             pools = {t.qid: data.pools[t.qid] for t in turns} if data.pools is not None else None
             for name in chosen:
                 queries = {t.qid: texts[name][t.qid] for t in turns}
-                with progress_scope(s, spec, name):
+                with progress_scope(s, system, name):
                     runs[name][s] = retriever.search(queries, top_k=search_k, pools=pools, show_progress=progress)
                 for status, n in _fit_counts(retriever).items():
                     fitting.setdefault(name, {}).setdefault(status, 0)
                     fitting[name][status] += n
         for name in chosen:
-            score_runs(scored, spec, name, cut(runs[name], k) if search_k != k else runs[name])
-        scored.configs[spec] = {**retriever.describe(), **({"query_fitting_counts": fitting} if fitting else {})}
-        scored.seconds[spec] = time.perf_counter() - start
+            score_runs(scored, system, name, cut(runs[name], k) if search_k != k else runs[name])
+        scored.configs[system] = {**retriever.describe(), **({"query_fitting_counts": fitting} if fitting else {})}
+        scored.seconds[system] = time.perf_counter() - start
         for stage in stages:
-            _add_reranked(scored, stage, spec, runs, texts, k)
+            _add_reranked(scored, stage, system, runs, texts, k)
     return scored
 
 
@@ -313,9 +324,9 @@ def _delta(after: Any, before: Any) -> Any:
 
 def _add_reranked(scored: Scored, stage: Any, spec: str, runs: Mapping[str, Mapping[str, Run]],
                   texts: Mapping[str, Mapping[str, str]], k: int | None) -> None:
-    """Rerank retriever ``spec``'s runs ({strategy: {subset: run}}) with ``stage`` and score them as system
-    ``<spec>><name>``: runs cut to ``k``, seconds = the first stage's plus the reranking's, and reranking windows
-    that kept the first-stage order (failed LLM calls, unusable replies) as a coverage warning."""
+    """Rerank the runs ({strategy: {subset: run}}) of the retriever whose system is ``spec`` with ``stage`` and score
+    them as system ``<spec>><name>``: runs cut to ``k``, seconds = the first stage's plus the reranking's, and
+    reranking windows that kept the first-stage order (failed LLM calls, unusable replies) as a coverage warning."""
     data = scored.data
     before = stage.describe()
     reranked, seconds = timed(stage, runs, texts,

@@ -225,10 +225,11 @@ def _search(collected: Collected, data: BenchmarkData, profile: EvaluationProfil
         raise ConvragError("none of the tasks is a query of the built retrieval configs: nothing to search")
     name = strategy or list(resolve_strategies(profile, data, None))[-1]
     scored = run_benchmark("", profile, retrievers=[spec], strategies=[name], data=data, llm=llm, progress=progress)
-    collected.run = merged_run(scored, spec, name)
-    collected.info.update(retriever=spec, strategy=name,
+    system = scored.system(spec)  # the spec with its models by name, never by path
+    collected.run = merged_run(scored, system, name)
+    collected.info.update(retriever=system, strategy=name,
                           strategy_spec=scored.info["strategy_specs"][name], top_k=scored.info["top_k"])  # fmt: skip
-    return dict(scored.runs[(spec, name)])
+    return dict(scored.runs[(system, name)])
 
 
 def read_run_file(path: str, data: BenchmarkData, profile: EvaluationProfile) -> dict[str, Run]:

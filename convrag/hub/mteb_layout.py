@@ -10,12 +10,20 @@ instead of searching the whole corpus, and a flat ``query`` config where mteb ca
 
 Aliases are listed in the README's ``convrag.aliases`` block (alias -> config); convrag's own readers skip them, so
 ``convrag evaluate --corpus auto`` still tells a cited corpus from a full one.
+
+The conversational mteb tasks (``convrag.mteb_tasks``, ``view="conversation"``) read no config of their own: their
+queries are each turn's whole conversation, read from the turns config ``convrag evaluate`` reads
+(:func:`conversation_config`, :func:`conversations`). :func:`content_revision` is the revision mteb records for a
+built folder: a digest of its data files.
 """
 
 from __future__ import annotations
 
 import glob
-from collections.abc import Mapping
+import hashlib
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +31,8 @@ import datasets
 import pyarrow.parquet as pq
 
 from convrag.builders.profile import EvaluationProfile, built_subsets, config_name
+from convrag.core.errors import ConvragError
+from convrag.core.manifest import read_card
 
 TOP_RANKED_FEATURES = datasets.Features(
     {"query-id": datasets.Value("string"), "corpus-ids": datasets.List(datasets.Value("string"))}
@@ -156,3 +166,55 @@ def card_section(aliases: Mapping[str, str], top_ranked: list[str]) -> str:
     lines += ["", "`convrag export PATH_OR_REPO --format beir --out DIR` writes `corpus.jsonl`, `queries.jsonl` and "
               "`qrels/<split>.tsv` for BEIR's `GenericDataLoader`; `--format trec` writes TREC topics and qrels."]
     return "\n".join(lines)
+
+
+def conversation_config(profile: EvaluationProfile, subset: str) -> str:
+    """The config holding each turn's conversation: the profile's turns config (MTRAG's ``<domain>-tasks``, whose
+    ``input`` is the conversation; RECOR's ``<domain>-queries`` and MTR-Bench's ``queries``, with ``history``)."""
+    return config_name(profile.turns, subset)
+
+
+def conversations(
+    profile: EvaluationProfile, rows: Sequence[Mapping[str, Any]], where: Callable[[int], tuple[str, int | None]]
+) -> dict[str, list[dict[str, str]]]:
+    """query id -> the turn's conversation as ``{role, content}`` messages
+    (:func:`convrag.retrievers.conversation.conversation_messages`), from ``rows`` of :func:`conversation_config`
+    read by the profile's turn reader, as ``convrag evaluate`` reads them; ``where(n)`` names the n-th row in
+    errors."""
+    from convrag.evaluation.data import query_turn
+    from convrag.retrievers.conversation import conversation_messages
+    from convrag.retrievers.strategies import mtrag_turns, recor_turns
+
+    if profile.reader == "views":
+        turns = mtrag_turns(rows, where)
+    elif profile.reader == "recor":
+        turns = recor_turns(rows, where=where)
+    elif profile.reader == "queries":
+        turns = [query_turn(row, *where(line)) for line, row in enumerate(rows, start=1)]
+    else:
+        raise ConvragError(f"unknown turn reader {profile.reader!r}")
+    return {t.qid: conversation_messages(t) for t in turns}
+
+
+def _data_files(folder: Path) -> list[Path]:
+    """Every file of ``folder`` but its README and hidden paths, sorted by path."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        found += [Path(root, f) for f in files if not f.startswith(".")]
+    return sorted((p for p in found if p != folder / "README.md"), key=lambda p: p.relative_to(folder).as_posix())
+
+
+def content_revision(folder: str | os.PathLike[str]) -> str:
+    """A built folder's revision for mteb: the sha256 (hex) of its README's ``configs`` entries (which files each
+    config name reads, aliases included) and of every data file's path, size and bytes, in path order. Two builds
+    with other data get other revisions; the same data, wherever and whenever built, the same one. It reads every
+    data file once (about a second per GB)."""
+    path = Path(folder)
+    _, header = read_card(path)
+    digest = hashlib.sha256(json.dumps(header.get("configs") or [], sort_keys=True).encode())
+    for file in _data_files(path):
+        digest.update(f"\0{file.relative_to(path).as_posix()}\0{file.stat().st_size}\0".encode())
+        with file.open("rb") as handle:
+            digest.update(hashlib.file_digest(handle, "sha256").digest())
+    return digest.hexdigest()

@@ -89,7 +89,7 @@ def retrieve(audit_set: AuditSet, retrievers: Sequence[str], k: int, strategy: s
     out: dict[str, Run] = {}
     for spec in retrievers:
         merged: Run = {}
-        for run in scored.runs[(spec, name)].values():
+        for run in scored.runs[(scored.system(spec), name)].values():
             for qid, ranking in run.items():
                 merged[qid] = dict(list(ranking.items())[:k])
         out[spec] = merged

@@ -35,6 +35,7 @@ from convrag.retrievers import embed_shards as shards
 from convrag.retrievers import faiss_index
 from convrag.retrievers.base import Retriever, ranked_order
 from convrag.retrievers.encoders import default_model_path, pooled_model, pooling_mode
+from convrag.retrievers.model_record import model_record
 from convrag.retrievers.query_text import fit_queries
 
 #: Corpora whose embeddings are kept in memory across retriever instances.
@@ -367,10 +368,12 @@ class DenseRetriever(Retriever):
         return out
 
     def settings(self) -> dict[str, Any]:
-        """Model, pooling and length actually used (read back from the loaded model), prompts, truncation, fitting."""
+        """Model (its :func:`~convrag.retrievers.model_record.model_record`: name, package, version, weights digest;
+        never its path), pooling and length actually used (read back from the loaded model), prompts, truncation,
+        fitting."""
         side = self.query_truncation
         return {
-            "model": self.model_name,
+            "model": model_record(self.model_name),
             "similarity": "cosine",
             "pooling": self.pooling_used(),
             "max_seq_length": self.limit("document"),

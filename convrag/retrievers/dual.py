@@ -332,10 +332,13 @@ class DualEncoderRetriever(Retriever):
         return out
 
     def settings(self) -> dict[str, Any]:
-        """Both models, pooling, similarity, query layout and fitting, token limits, device."""
+        """Both models (their :func:`~convrag.retrievers.model_record.model_record`, never a path), pooling,
+        similarity, query layout and fitting, token limits, device."""
+        from convrag.retrievers.model_record import model_record
+
         return {
-            "query_model": self.query_model,
-            "context_model": self.context_model,
+            "query_model": model_record(self.query_model),
+            "context_model": model_record(self.context_model),
             "pooling": self.pooling,
             "similarity": self.similarity,
             "query_format": self.query_format,

@@ -7,7 +7,8 @@ deleted at any time: it is then encoded again.
 
 An entry is the folder ``<root>/<key>/``: ``embeddings.npy`` (float32, one row per document, read back memory-mapped;
 L2-normalised unless its metadata says ``"normalize": "none"``, as ``dual`` with inner product), ``ids.json`` (doc ids
-in row order) and ``meta.json`` (the key's fields, the array's sha256 and, for information only, :func:`provenance`).
+in row order) and ``meta.json`` (the key's fields, the array's sha256 and, for information only, :func:`provenance`,
+which names the model by its record, never by its path).
 The key (:func:`entry_key`) is the sha256 of the canonical JSON of everything that changes the vectors: the model
 identity (:func:`model_identity`), pooling, document token limit and truncation side, document prompt, normalisation,
 dtype and the corpus fingerprint (:func:`corpus_fingerprint`). Device and batch size are not in it: they can move the
@@ -135,11 +136,14 @@ def entry_key(settings: Mapping[str, Any]) -> str:
 
 
 def provenance(model: str, device: str, batch_size: int, seconds: float | None) -> dict[str, Any]:
-    """What an entry records beside its key, for information only: model as named, device, batch size, encoding
-    seconds (None: not encoded by this write), time and library versions."""
+    """What an entry records beside its key, for information only: the model's record (name, package, version,
+    weights digest: :func:`convrag.retrievers.model_record.model_record`, never its path), device, batch size,
+    encoding seconds (None: not encoded by this write), time and library versions."""
     from importlib.metadata import version
 
-    return {"model_name": model, "device": device, "batch_size": batch_size, "seconds": seconds,
+    from convrag.retrievers.model_record import model_record
+
+    return {"model_record": model_record(model), "device": device, "batch_size": batch_size, "seconds": seconds,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "versions": {p: version(p) for p in ("sentence-transformers", "torch", "transformers")}}  # fmt: skip
 

@@ -207,8 +207,10 @@ class CrossEncoderReranker:
         self.max_length = max_length
 
     def describe(self) -> dict[str, Any]:
-        """Settings for the leaderboard."""
-        return {"kind": "cross_encoder", "path": self.path, "batch_size": self.batch_size,
+        """Settings for the leaderboard; the model by its record (name, version, weights digest), never its path."""
+        from convrag.retrievers.model_record import model_record
+
+        return {"kind": "cross_encoder", "model": model_record(self.path), "batch_size": self.batch_size,
                 "max_length": self.max_length}
 
     def rerank(self, queries: Mapping[str, str], rankings: Mapping[str, Sequence[str]], texts: Mapping[str, str],

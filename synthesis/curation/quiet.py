@@ -4,7 +4,7 @@ datatrove resets loguru's sinks at the start of every task (console at INFO plus
 ``logging_dir/logs``) and puts the console back at its end. ``silence_datatrove`` replaces both in the current
 process so that only the file sink exists; convrag reports progress, counts and errors itself (an error
 ends in one line, not a logged traceback). Call it in every process that runs tasks (the local executor's
-workers call it per task).
+workers and the Ray executor's tasks call it per task).
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ def _close(logfile: Any) -> None:
 def silence_datatrove() -> None:
     """Remove loguru's console sink now and after every datatrove task set-up or tear-down in this process."""
     import datatrove.executor.base as base
+    import datatrove.executor.ray as ray  # its tasks set up their logging with names of their own
 
     logger.remove()
-    base.add_task_logger = _add_task_logger
-    base.close_task_logger = _close
+    for module in (base, ray):
+        module.add_task_logger = _add_task_logger
+        module.close_task_logger = _close

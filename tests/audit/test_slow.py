@@ -3,7 +3,11 @@ real MTRAG task, RECOR's conversation and turn judges on a sampled RECOR turn, a
 its graded relevance judge. Every LLM-facing judge prompt runs once through the real model.
 
 The placeholder's verdicts prove the plumbing only: nothing here asserts what the scores are. Samples are one turn
-each because the placeholder writes up to the judges' token limit on every call.
+each because the placeholder writes up to the judges' token limit on every call. For the same reason each judge request
+gets one reply (``structured_attempts=1``, the judge still named ``default``): a re-ask would send the conversation back
+with that rambling reply and the error appended, several times the tokens (the LLM layer's re-asks through this model
+are tested in tests/llm/test_default.py). The MTRAG sample (seed 157) is a turn with one gold document and short
+passages, so each MTR-Eval dimension is one request, and its Comp. pool holds two hard negatives beside the gold.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from convrag.cli import main
 from tests.conftest import DATA
 
 pytestmark = pytest.mark.slow
+#: the embedded placeholder, one reply per request (see the module docstring)
+JUDGE = ["--judge", "default;structured_attempts=1"]
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +52,8 @@ def _check_counts(out: Path, rows: list[dict], name: str) -> dict:
 def test_mtr_eval_on_a_real_mtrag_task(folders: dict[str, Path], tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.delenv("CONVRAG_LLM", raising=False)
     out = tmp_path / "audit"
-    code = main(["audit", str(folders["mtrag"]), "--sample", "1", "--dimensions", "mtr-eval", "--out", str(out),
-                 "--cache", str(tmp_path / "cache"), "--no-progress"])
+    code = main(["audit", str(folders["mtrag"]), "--sample", "1", "--seed", "157", "--dimensions", "mtr-eval",
+                 "--negatives", "2", *JUDGE, "--out", str(out), "--cache", str(tmp_path / "cache"), "--no-progress"])
     # the placeholder may ramble to max_tokens and leave a dimension without a usable verdict: then exit 1, one line,
     # outputs marked incomplete (the plumbing working); either way the tables and rows below hold
     assert code in (0, 1)
@@ -67,7 +73,7 @@ def test_recor_judges_and_missed_relevant_on_recor(folders: dict[str, Path], tmp
     monkeypatch.delenv("CONVRAG_LLM", raising=False)
     out = tmp_path / "audit"
     code = main(["audit", str(folders["recor"]), "--sample", "1", "--seed", "3", "--dimensions", "recor", "--missed",
-                 "--pool-retrievers", "bm25", "--pool-depth", "2", "--out", str(out),
+                 "--pool-retrievers", "bm25", "--pool-depth", "2", *JUDGE, "--out", str(out),
                  "--cache", str(tmp_path / "cache"), "--no-progress"])
     # the placeholder may give no usable verdict in a dimension: then the run says so and fails (exit 1), with its
     # outputs written and marked incomplete; either way the plumbing below must hold

@@ -1,8 +1,15 @@
 """Slow: `convrag generate` with the real embedded model (``--llm default``: SmolLM2-135M through llama.cpp), kept
-tiny (2 turns per run, 48 tokens per answer, short passages). MTRAG-UN oracle and retrieved (bm25) answers are
-scored by `convrag evaluate-generation` with the default judge; the RECOR sample gets all three modes, then the three
-files are scored together by `convrag evaluate-generation` (RECOR's five judge dimensions, ROUGE-L, BERTScore, the
-retrieval-generation correlation from the bm25 run). A rerun on the same cache makes no LLM call."""
+tiny (48 tokens per answer, short passages; 2 turns per MTRAG-UN run, later turns with their history). MTRAG-UN oracle
+and retrieved (bm25) answers are scored by `convrag evaluate-generation` with the default judge; the RECOR sample's
+first turn gets all three modes, then the three files are scored together by `convrag evaluate-generation` (RECOR's
+five judge dimensions, ROUGE-L, BERTScore, the nDCG@10 of the bm25 run beside the retrieved answers). A rerun on the
+same cache makes no LLM call.
+
+One RECOR turn per mode because the judge reads the contexts whole: the first turn's two gold documents (2,502 and
+12,896 characters) make prompts of ~3,900 tokens, about a minute each. RECOR's later turns (the history in the
+generator's prompt, the default history+reasoning search) run through a scripted model in
+tests/generate/test_generate.py, and the judge over nine turns through the embedded model in
+tests/benchmarks/recor/test_generation_e2e.py."""
 
 from __future__ import annotations
 
@@ -19,14 +26,17 @@ from tests.conftest import DATA
 pytest.importorskip("llama_cpp", reason="the default generator needs llama-cpp-python")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-TINY = ["--max-turns", "2", "--max-tokens", "48", "--passage-chars", "500", "--history-chars", "800",
-        "--llm", "default", "--no-progress", "--concurrency", "1"]  # fmt: skip
+TINY = ["--max-tokens", "48", "--passage-chars", "500", "--history-chars", "800", "--llm", "default", "--no-progress",
+        "--concurrency", "1"]  # fmt: skip
 WARNING = "Warning: the answers come from the embedded SmolLM2-135M placeholder"
 
 
 @pytest.fixture(autouse=True)
 def _setup(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("CONVRAG_LLM", raising=False)
+    # Nothing else runs during these tests, so llama.cpp may use both cores: it generates about 1.6x faster than with
+    # the one thread the backend picks on a 2-core machine by default (it reads prompts with every core either way).
+    monkeypatch.setenv("CONVRAG_LLM_THREADS", "2")
     datasets.disable_progress_bars()
     yield
     datasets.enable_progress_bars()
@@ -51,14 +61,14 @@ def test_mtrag_oracle_and_bm25_answers_scored_by_evaluate_generation(tmp_path: P
         *[x for c in configs for x in ("--config", c)])  # fmt: skip
     oracle, retrieved = tmp_path / "oracle.jsonl", tmp_path / "bm25.jsonl"
     out = run(capsys, "generate", str(built), "--mode", "oracle", "--out", str(oracle), "--config", "fiqa-tasks",
-              *TINY)  # fmt: skip
+              "--max-turns", "2", *TINY)  # fmt: skip
     assert WARNING in out and "0 tasks without an answer" in out
     got = lines(oracle)
     assert len(got) == 2 and all(set(g) == {"task_id", "predictions"} for g in got)
     assert all(isinstance(g["predictions"][0]["text"], str) for g in got)
     assert any(g["predictions"][0]["text"].strip() for g in got)
     out = run(capsys, "generate", str(built), "--mode", "retrieved", "--retriever", "bm25", "--k", "2",
-              "--out", str(retrieved), "--config", "fiqa-tasks", *TINY)  # fmt: skip
+              "--out", str(retrieved), "--config", "fiqa-tasks", "--max-turns", "2", *TINY)  # fmt: skip
     got = lines(retrieved)
     assert len(got) == 2 and all(len(g["contexts"]) == 2 for g in got)
     assert (tmp_path / "bm25.run.trec").read_text().count("\n") >= 4
@@ -66,7 +76,7 @@ def test_mtrag_oracle_and_bm25_answers_scored_by_evaluate_generation(tmp_path: P
     assert report["placeholder"] and report["llm"]["calls"] == 2 and report["generator"] == "default"
     # a rerun on the same cache repeats no call
     out = run(capsys, "generate", str(built), "--mode", "oracle", "--out", str(oracle), "--config", "fiqa-tasks",
-              *TINY)  # fmt: skip
+              "--max-turns", "2", *TINY)  # fmt: skip
     assert "LLM: 0 calls" in out and "2 cache hits" in out
     for predictions, name in ((oracle, "oracle"), (retrieved, "retrieved")):
         run(capsys, "evaluate-generation", str(built), "--predictions", str(predictions), "--config", "fiqa-tasks",
@@ -80,12 +90,16 @@ def test_mtrag_oracle_and_bm25_answers_scored_by_evaluate_generation(tmp_path: P
 def test_recor_sample_generated_in_every_mode_and_scored(tmp_path: Path, capsys) -> None:
     built = tmp_path / "recor"
     run(capsys, "build", "recor", "--source", str(DATA / "recor" / "sample"), "--out", str(built))
-    for mode, extra in (("oracle", []), ("retrieved", ["--retriever", "bm25", "--k", "2"]), ("none", [])):
+    # on a first turn RECOR's default strategy, history+reasoning, is the query and its reasoning, the reasoning
+    # strategy's text (the default refuses to run on turns that have no history at all)
+    retrieved = ["--retriever", "bm25", "--strategy", "reasoning", "--k", "2"]
+    for mode, extra in (("oracle", []), ("retrieved", retrieved), ("none", [])):
         answers = tmp_path / f"{mode}.jsonl"
-        out = run(capsys, "generate", str(built), "--mode", mode, *extra, "--out", str(answers), *TINY)
+        out = run(capsys, "generate", str(built), "--mode", mode, *extra, "--out", str(answers), "--max-turns", "1",
+                  *TINY)  # fmt: skip
         assert WARNING in out
         got = lines(answers)
-        assert len(got) == 2 and [g["turn"] for g in got] == [1, 2]
+        assert [g["turn"] for g in got] == [1]
         for g in got:
             assert set(g) == {"task_id", "conversation_id", "turn", "domain", "mode", "generator", "contexts",
                               "predictions"}  # fmt: skip
@@ -105,8 +119,8 @@ def test_recor_sample_generated_in_every_mode_and_scored(tmp_path: Path, capsys)
     summary = json.loads((tmp_path / "scores" / "results.json").read_text())
     systems = {s["mode"]: s for s in summary["systems"]}
     assert set(systems) == {"oracle", "retrieved", "none"}
-    assert all(s["turns"] == 2 and s["judged"] + len(s["failed"]) == 2 for s in systems.values())
-    assert summary["counts"]["missing_predictions"] == 3 * 11  # 13 turns in the sample, 2 answered per mode
+    assert all(s["turns"] == 1 and s["judged"] + len(s["failed"]) == 1 for s in systems.values())
+    assert summary["counts"]["missing_predictions"] == 3 * 12  # 13 turns in the sample, 1 answered per mode
     rows = [json.loads(x) for x in (tmp_path / "scores" / "per_turn.jsonl").read_text().splitlines()]
     # the bm25 run written beside the retrieved answers gives each retrieved turn its nDCG@10
     assert all(r.get("ndcg@10") is not None for r in rows if r["mode"] == "retrieved")

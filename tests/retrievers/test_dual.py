@@ -99,7 +99,9 @@ def test_scores_are_inner_products_of_the_two_models_cls_vectors(models, tmp_pat
     pooled = retriever.search(QUERIES, pools=pools)
     for qid in QUERIES:
         assert pooled[qid] == pytest.approx({d: s for d, s in run[qid].items() if d in pools[qid]}, rel=1e-5)
-    assert retriever.describe()["query_model"] == models[0] and retriever.describe()["context_model"] == models[1]
+    described = retriever.describe()  # the models by name and weights digest, never by path
+    assert [described[k]["name"] for k in ("query_model", "context_model")] == ["query", "context"]
+    assert all(described[k]["digest"].startswith("sha256:") for k in ("query_model", "context_model"))
 
 
 def test_mean_pooling_and_cosine_similarity(models, tmp_path) -> None:
@@ -213,14 +215,15 @@ def test_evaluate_runs_a_dual_encoder_on_stratrag(models, stratrag_first30, tmp_
     assert main(["evaluate", str(stratrag_first30), "--retrievers", f"bm25,{spec}", "--out", str(out),
                  "--no-progress", "--device", "cpu", "--bootstrap", "0", "--dense-option", "max_seq_length=32"]) == 0
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    config = results["retriever_configs"][spec]
+    system = "dual:query,context"  # the models by their folders' names, never their paths
+    config = results["retriever_configs"][system]
     assert (config["class"], config["pooling"], config["similarity"], config["query_format"]) == (
         "DualEncoderRetriever", "cls", "dot", "roles")
     assert config["max_seq_length"] == config["query_fitting"]["max_tokens"] == 32  # --dense-option reaches it
-    assert sum(config["query_fitting_counts"]["baseline"].values()) == results["systems"][spec]["overall"]["MRR"]["n"]
+    assert sum(config["query_fitting_counts"]["baseline"].values()) == results["systems"][system]["overall"]["MRR"]["n"]
     assert [p.name for p in (out / "runs").iterdir() if p.name.startswith("dual")]  # its TREC run file
     assert len(list((tmp_path / "cache").iterdir())) == 1  # the corpus vectors went to the cache the env names
-    assert spec in capsys.readouterr().out
+    assert system in capsys.readouterr().out
 
 
 def test_dual_is_a_component_of_rrf(models, tmp_path, monkeypatch) -> None:

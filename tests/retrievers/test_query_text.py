@@ -95,3 +95,13 @@ def test_fitted_length_never_exceeds_the_limit_and_tail_survives_when_it_fits() 
             assert "\n".join(q.history).endswith("\n".join(kept))
         else:
             assert status == TAIL_CUT and "\n".join(q.tail).startswith(fitted)
+
+
+def test_a_conversation_text_keeps_its_separator_when_fitted_and_pickled() -> None:
+    # the ``conversation`` strategy's text (mteb's ``role: content`` parts joined by "; "): oldest messages go first
+    q = QueryText(["user: q1 about it", "assistant: a1 long answer here"], ["user: q2 now"], sep="; ")
+    assert q == "user: q1 about it; assistant: a1 long answer here; user: q2 now" and q.sep == "; "
+    back = pickle.loads(pickle.dumps(q))
+    assert back == q and back.sep == "; " and back.history == q.history
+    fitted, status = fit_query(q, words, words("answer here; user: q2 now"))
+    assert (fitted, status) == ("answer here; user: q2 now", TRIMMED)

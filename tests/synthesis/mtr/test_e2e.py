@@ -1,5 +1,5 @@
-"""The whole MTR-Pipeline through the embedded local model on the real cited MTRAG passages: curate, cluster,
-converse, polish, assemble; killed with SIGKILL while the agents write, resumed, then built with
+"""The whole MTR-Pipeline through the embedded local model on real cited MTRAG passages (the ClapNQ ones): curate,
+cluster, converse, polish, assemble; killed with SIGKILL while the agents write, resumed, then built with
 ``convrag build mtr-bench``, scored with ``convrag evaluate`` and audited with ``convrag audit``.
 
 SmolLM2-135M only proves the plumbing here: nothing below measures the quality of what it writes.
@@ -20,13 +20,31 @@ import pytest
 
 from convrag.cli import main
 from convrag.synthesis.engine.records import read_records
+from tests.conftest import DATA
 
 pytestmark = pytest.mark.slow
 
-#: 6 conversations x 3 turns with short texts, so the local model gets through them in a few minutes
-SMALL = ["--option", "max_seq_length=64", "--option", "conversations=6", "--option", "turns=3",
-         "--option", "min_turns=1", "--option", "answer_words=40", "--option", "answer_max_tokens=80",
-         "--option", "questioner_doc_chars=300", "--option", "test_fraction=0.5", "--concurrency", "2"]
+#: 3 conversations x 3 turns (switch_ratio=1: two complete ones make a spliced pair) with short prompts, so the local
+#: model gets through them in a few minutes: it reads prompts at ~110 tokens/s on 2 cores, so chunks of at most 1,024
+#: characters (also what the audit's completeness judge sees: the turn's whole pool), 3 documents of 200 characters
+#: for the Questioner, earlier answers cut to 150 characters
+SMALL = ["--option", "chunk_size=1024", "--option", "max_seq_length=64", "--option", "conversations=3",
+         "--option", "turns=3", "--option", "min_turns=1", "--option", "documents_per_turn=3",
+         "--option", "questioner_doc_chars=200", "--option", "questioner_history_chars=150",
+         "--option", "responder_history_chars=150", "--option", "answer_words=30", "--option", "answer_max_tokens=48",
+         "--option", "polish_context_chars=150", "--option", "switch_ratio=1", "--option", "test_fraction=0.5",
+         "--concurrency", "2"]
+#: nothing else runs during this test, so llama.cpp may generate with both cores (it reads prompts with both anyway)
+THREADS = {"CONVRAG_LLM_THREADS": "2"}
+
+
+@pytest.fixture(scope="module")
+def clapnq_cited(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The passages MTRAG's ClapNQ conversations cite (551), as a convrag corpus folder (config clapnq-cited-corpus)."""
+    out = tmp_path_factory.mktemp("built") / "mtrag-clapnq"
+    assert main(["build", "mtrag", "--source", str(DATA / "mtrag"), "--config", "clapnq-cited-corpus",
+                 "--out", str(out)]) == 0
+    return out
 
 
 def _cache_entries(out: Path) -> set[str]:
@@ -45,11 +63,14 @@ def _tables(out: Path) -> str:
     return json.dumps(tables, sort_keys=True)
 
 
-def test_pipeline_killed_mid_agents_resumes_builds_and_evaluates(mtrag_cited: Path, tmp_path: Path) -> None:
+def test_pipeline_killed_mid_agents_resumes_builds_and_evaluates(clapnq_cited: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "syn"
-    command = [sys.executable, "-m", "convrag.cli", "synthesize", "mtr", "--corpus", str(mtrag_cited),
+    command = [sys.executable, "-m", "convrag.cli", "synthesize", "mtr", "--corpus", str(clapnq_cited),
                "--out", str(out), "--no-progress", *SMALL]
-    env = {k: v for k, v in os.environ.items() if k != "CONVRAG_LLM"} | {"HF_HUB_OFFLINE": "1"}
+    env = {k: v for k, v in os.environ.items() if k != "CONVRAG_LLM"} | {"HF_HUB_OFFLINE": "1"} | THREADS
+    for name, value in THREADS.items():  # the same threads in this process (the redo and the audit below)
+        monkeypatch.setenv(name, value)
     log = (tmp_path / "first.log").open("w")
     proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 1200
@@ -69,10 +90,10 @@ def test_pipeline_killed_mid_agents_resumes_builds_and_evaluates(mtrag_cited: Pa
     converse = _report(out, "converse")
     # every call that had finished before the kill is answered from the cache, none is made again
     assert converse["llm"]["cache_hits"] == len(finished)
-    # no conversation lost or duplicated: each of the 6 clusters is written once or its drop is counted
+    # no conversation lost or duplicated: each of the 3 clusters is written once or its drop is counted
     records = list(read_records(out / "converse"))
     assert len({r["id"] for r in records}) == len(records) == converse["records_out"]
-    assert converse["records_in"] == 6 and converse["records_out"] + sum(converse["dropped"].values()) == 6
+    assert converse["records_in"] == 3 and converse["records_out"] + sum(converse["dropped"].values()) == 3
     assert records, "every conversation was dropped"
     for rec in records:
         assert [t["turn"] for t in rec["turns"]] == list(range(1, len(rec["turns"]) + 1))
@@ -86,7 +107,7 @@ def test_pipeline_killed_mid_agents_resumes_builds_and_evaluates(mtrag_cited: Pa
 
     # the resumed output is the output of an uninterrupted run: redo the agents from the cache only
     first = _tables(out)
-    assert main(["synthesize", "mtr", "--corpus", str(mtrag_cited), "--out", str(out), "--no-progress",
+    assert main(["synthesize", "mtr", "--corpus", str(clapnq_cited), "--out", str(out), "--no-progress",
                  "--redo", "converse", *SMALL]) == 0
     redone = _report(out, "converse")["llm"]
     # only the Questioner replies that never parsed are asked again (a failure is not cached): 3 attempts each
@@ -101,10 +122,11 @@ def test_pipeline_killed_mid_agents_resumes_builds_and_evaluates(mtrag_cited: Pa
                  "--out", str(tmp_path / "results")]) == 0
     results = json.loads((tmp_path / "results" / "results.json").read_text())
     assert len(results["per_query"]["bm25|lastturn"]) == len(queries)
-    # and the synthesized benchmark's labels can be audited like any other (two turns, two MTR-Eval judges); the
-    # placeholder often rambles until max_tokens and gives no usable verdict in a dimension: the run then says so
-    # (exit 1, outputs marked incomplete), which is the plumbing working
-    code = main(["audit", str(built), "--sample", "2", "--dimensions", "query_evidence,completeness",
+    # and the synthesized benchmark's labels can be audited like any other (one turn, two MTR-Eval judges; all four
+    # run through the model on MTRAG in tests/audit/test_slow.py); the placeholder often rambles until max_tokens
+    # and gives no usable verdict in a dimension: the run then says so (exit 1, outputs marked incomplete), which is
+    # the plumbing working
+    code = main(["audit", str(built), "--sample", "1", "--dimensions", "query_evidence,completeness",
                  "--out", str(tmp_path / "audit"), "--cache", str(tmp_path / "judges"), "--no-progress"])
     assert code in (0, 1)
     summary = json.loads((tmp_path / "audit" / "summary.json").read_text(encoding="utf-8"))

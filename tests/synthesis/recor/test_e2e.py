@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,25 +47,36 @@ def _report(out: Path, stage: str) -> dict:
     return json.loads((out / stage / "report.json").read_text(encoding="utf-8"))
 
 
-def test_dv_killed_mid_run_resumes_builds_and_evaluates(tmp_path: Path) -> None:
-    out = tmp_path / "dv"
+@pytest.fixture(scope="module")
+def killed_and_resumed(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The run killed with SIGKILL while align runs, then rerun to the end (both through the local model): its out
+    folder, the calls cached before the kill and the rerun. Module-scoped: the authors-profile test starts from its
+    load and align stages."""
+    root = tmp_path_factory.mktemp("dv-killed")
+    out = root / "dv"
     command = [sys.executable, "-m", "convrag.cli", "synthesize", "recor", "--input",
                str(DATA / "bright" / "examples" / "biology.jsonl"), "--out", str(out), "--no-progress", *LOOSE]
     env = {k: v for k, v in os.environ.items() if k != "CONVRAG_LLM"} | {"HF_HUB_OFFLINE": "1"}
-    log = (tmp_path / "first.log").open("w")
+    log = (root / "first.log").open("w")
     proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 1200
     while not _entries(out):  # align's first call answered; its other item's call is still running
-        assert proc.poll() is None, (tmp_path / "first.log").read_text()
+        assert proc.poll() is None, (root / "first.log").read_text()
         assert time.monotonic() < deadline, "the align stage made no call in 20 minutes"
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     log.close()
-    assert (out / "load" / "report.json").is_file() and not (out / "align" / "report.json").exists()
+    killed = {"load": (out / "load" / "report.json").is_file(), "align": (out / "align" / "report.json").exists()}
     before_kill = len(_entries(out))
-
     rerun = subprocess.run(command, env=env, capture_output=True, text=True)
+    return {"out": out, "killed": killed, "before_kill": before_kill, "rerun": rerun}
+
+
+def test_dv_killed_mid_run_resumes_builds_and_evaluates(killed_and_resumed: dict, tmp_path: Path) -> None:
+    out, rerun, before_kill = (killed_and_resumed[k] for k in ("out", "rerun", "before_kill"))
+    assert killed_and_resumed["killed"] == {"load": True, "align": False}  # killed inside align, after load
+
     assert "load: 103 in -> 2 out" in rerun.stdout and "(finished earlier, not rerun)" in rerun.stdout
     # every align call that had finished before the kill is answered from the cache, none is made again
     assert _report(out, "align")["llm"]["cache_hits"] == before_kill
@@ -97,18 +109,25 @@ def test_dv_killed_mid_run_resumes_builds_and_evaluates(tmp_path: Path) -> None:
     assert sum(results["n_turns"].values()) == turns and len(results["per_turn"]["bm25"]["baseline"]) == turns
 
 
-def test_dv_authors_profile_through_the_local_model_keeps_turns_or_fails_honestly(tmp_path: Path,
+def test_dv_authors_profile_through_the_local_model_keeps_turns_or_fails_honestly(killed_and_resumed: dict,
+                                                                                  tmp_path: Path,
                                                                                   capsys: pytest.CaptureFixture
                                                                                   ) -> None:
     """Plumbing of the default profile's steps (aspect coverage, answerability, retrieval guidance before scoring)
     through SmolLM2-135M: with those checks loosened to 0 its replies reach the turns stage, where they either give
     a turn or are rejected for a counted reason; a run that keeps nothing exits 1 with one line and marks the stage
-    incomplete. Nothing is filled in either way."""
+    incomplete. Nothing is filled in either way.
+
+    load and align take no profile and the same options here: the run starts from a copy of the killed-and-resumed
+    run's folder (its load and align through the local model, align tested there) with ``--redo aspects``, and
+    without its LLM cache, so that every call of aspects, facts and turns under this profile reaches the model."""
     out = tmp_path / "dv"
+    shutil.copytree(killed_and_resumed["out"], out, ignore=shutil.ignore_patterns("llm-cache"))
     at = LOOSE.index("profile=convrag")
     loose = LOOSE[: at - 1] + LOOSE[at + 1:]  # the default profile
     args = ["synthesize", "recor", "--input", str(DATA / "bright" / "examples" / "biology.jsonl"), "--out", str(out),
-            "--no-progress", *loose, "--option", "min_aspect_coverage=0", "--option", "min_answerability=0"]
+            "--no-progress", *loose, "--option", "min_aspect_coverage=0", "--option", "min_answerability=0",
+            "--redo", "aspects"]
     rc = main(args)
     captured = capsys.readouterr()
     params = json.loads((out / "aspects" / "params.json").read_text(encoding="utf-8"))
