@@ -28,8 +28,8 @@ RESPONSES = DATA / "mtrag" / "scripts" / "evaluation" / "sample_data" / "respons
 LINES = (1, 4, 9)
 # Shorter replies than the defaults keep the 135M judge's degenerate repetitions (and the runtime) bounded.
 MAX_TOKENS = {"rb_llm": 128, "faithfulness_claims": 256, "faithfulness_verdicts": 320}
-# Nothing else runs during this test, so llama.cpp may use both cores: it generates about 1.6x faster than with the
-# one thread the backend picks on a 2-core machine by default (it reads prompts with every core either way).
+# Nothing else runs during this test, so llama.cpp may generate with both cores: about 1.6x faster than with the one
+# thread the backend picks on a 2-core machine by default (llama-cpp-python reads prompts with every core either way).
 THREADS = 2
 
 

@@ -34,9 +34,6 @@ WARNING = "Warning: the answers come from the embedded SmolLM2-135M placeholder"
 @pytest.fixture(autouse=True)
 def _setup(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("CONVRAG_LLM", raising=False)
-    # Nothing else runs during these tests, so llama.cpp may use both cores: it generates about 1.6x faster than with
-    # the one thread the backend picks on a 2-core machine by default (it reads prompts with every core either way).
-    monkeypatch.setenv("CONVRAG_LLM_THREADS", "2")
     datasets.disable_progress_bars()
     yield
     datasets.enable_progress_bars()

@@ -57,8 +57,9 @@ RUN = {"law:ex_111149:1": ["law_ex_111149_doc_2", "law_ex_111149_doc_1"],
 def test_evaluate_generation_with_the_default_judge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("CONVRAG_LLM", raising=False)
-    # Nothing else runs during this test, so llama.cpp may use both cores: it generates about 1.6x faster than with
-    # the one thread the backend picks on a 2-core machine by default (it reads prompts with every core either way).
+    # Nothing else runs during this test, so llama.cpp may generate with both cores: about 1.6x faster than with the
+    # one thread the backend picks on a 2-core machine by default (llama-cpp-python reads prompts with every core
+    # either way).
     monkeypatch.setenv("CONVRAG_LLM_THREADS", "2")
     built = tmp_path / "recor"
     export_benchmark("recor", built, options={"source": str(DATA / "recor" / "sample")})

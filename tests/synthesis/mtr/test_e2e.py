@@ -27,15 +27,13 @@ pytestmark = pytest.mark.slow
 #: 3 conversations x 3 turns (switch_ratio=1: two complete ones make a spliced pair) with short prompts, so the local
 #: model gets through them in a few minutes: it reads prompts at ~110 tokens/s on 2 cores, so chunks of at most 1,024
 #: characters (also what the audit's completeness judge sees: the turn's whole pool), 3 documents of 200 characters
-#: for the Questioner, earlier answers cut to 150 characters
-SMALL = ["--option", "chunk_size=1024", "--option", "max_seq_length=64", "--option", "conversations=3",
+#: for the Questioner, earlier answers cut to 150 characters; the cluster stage embeds the first 32 tokens of a chunk
+SMALL = ["--option", "chunk_size=1024", "--option", "max_seq_length=32", "--option", "conversations=3",
          "--option", "turns=3", "--option", "min_turns=1", "--option", "documents_per_turn=3",
          "--option", "questioner_doc_chars=200", "--option", "questioner_history_chars=150",
          "--option", "responder_history_chars=150", "--option", "answer_words=30", "--option", "answer_max_tokens=48",
          "--option", "polish_context_chars=150", "--option", "switch_ratio=1", "--option", "test_fraction=0.5",
          "--concurrency", "2"]
-#: nothing else runs during this test, so llama.cpp may generate with both cores (it reads prompts with both anyway)
-THREADS = {"CONVRAG_LLM_THREADS": "2"}
 
 
 @pytest.fixture(scope="module")
@@ -63,14 +61,11 @@ def _tables(out: Path) -> str:
     return json.dumps(tables, sort_keys=True)
 
 
-def test_pipeline_killed_mid_agents_resumes_builds_and_evaluates(clapnq_cited: Path, tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pipeline_killed_mid_agents_resumes_builds_and_evaluates(clapnq_cited: Path, tmp_path: Path) -> None:
     out = tmp_path / "syn"
     command = [sys.executable, "-m", "convrag.cli", "synthesize", "mtr", "--corpus", str(clapnq_cited),
                "--out", str(out), "--no-progress", *SMALL]
-    env = {k: v for k, v in os.environ.items() if k != "CONVRAG_LLM"} | {"HF_HUB_OFFLINE": "1"} | THREADS
-    for name, value in THREADS.items():  # the same threads in this process (the redo and the audit below)
-        monkeypatch.setenv(name, value)
+    env = {k: v for k, v in os.environ.items() if k != "CONVRAG_LLM"} | {"HF_HUB_OFFLINE": "1"}
     log = (tmp_path / "first.log").open("w")
     proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 1200
