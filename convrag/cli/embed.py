@@ -106,7 +106,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cache", metavar="DIR", help=f"embeddings cache folder (default: ${CACHE_ENV}, else "
                                                   "$CONVRAG_CACHE_DIR/embeddings, else ~/.cache/convrag/embeddings)")
     p.add_argument("--dense-option", action="append", metavar="KEY=VALUE",
-                   help="encoder option as in `convrag evaluate` (pooling=..., max_seq_length=N, document_prompt=...)")
+                   help="encoder option as in `convrag evaluate` (pooling=..., max_seq_length=N, document_prompt=..., "
+                        "backend=torch|onnx)")
     p.add_argument("--shard", metavar="K/N",
                    help="encode only the K-th of N contiguous slices of each corpus (1 <= K <= N; run the N shards on "
                         "N machines with one shared or later merged --cache; a run without --shard assembles them)")

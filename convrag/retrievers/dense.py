@@ -12,7 +12,8 @@ each query is first fitted to that limit by :func:`~convrag.retrievers.query_tex
 ``prompt + text``, special tokens included). Documents are encoded once per corpus and cached in memory and on disk
 (``convrag.retrievers.embed``); whole-corpus top-k search is brute force up to ``faiss_threshold`` documents, then
 faiss (see :class:`DenseRetriever` for options, caching and faiss indexes). Sharded encoding over several machines:
-``encode_shard`` and ``convrag.retrievers.embed_shards``.
+``encode_shard`` and ``convrag.retrievers.embed_shards``. ``backend="onnx"`` runs the transformer with ONNX Runtime
+(:mod:`convrag.retrievers.backends`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from convrag.core.progress import label, relabelled
 from convrag.retrievers import embed as disk
 from convrag.retrievers import embed_shards as shards
 from convrag.retrievers import faiss_index
+from convrag.retrievers.backends import backend_record, check_backend
 from convrag.retrievers.base import Retriever, ranked_order
 from convrag.retrievers.encoders import default_model_path, pooled_model, pooling_mode
 from convrag.retrievers.model_record import model_record
@@ -46,11 +48,11 @@ POOLING_MODES = ("cls", "mean", "max", "lasttoken")
 TRUNCATION_SIDES = ("left", "right")
 #: Constructor options that change how texts are encoded (``hybrid`` passes them on to its dense component).
 ENCODING_OPTIONS = ("pooling", "max_seq_length", "query_prompt", "document_prompt", "query_truncation",
-                    "document_truncation", "fit_queries")  # fmt: skip
+                    "document_truncation", "fit_queries", "backend")  # fmt: skip
 FIT_POLICY = (
-    "each query fitted to max_seq_length tokens (prompt + text, special tokens included): oldest history "
-    "lines dropped first, the last one dropped kept by its end as far as it fits; the current query and what "
-    "follows it never cut while they fit on their own, else cut at their end"
+    "each query fitted to max_seq_length tokens (prompt + text, special tokens included): oldest history lines dropped "
+    "first, the last one dropped kept by its end as far as it fits; the current query and what follows it never cut "
+    "while they fit on their own, else cut at their end"
 )
 #: Extra hits fetched from faiss so that ties at the cut are broken by the shared rule (doc id descending).
 _FAISS_MARGIN = 16
@@ -72,6 +74,8 @@ def check_dense_options(options: dict[str, object], flag: str = "--dense-option"
     unknown = sorted(set(options) - set(known))
     if unknown:
         raise ConvragError(f"{flag}: unknown key {unknown[0]!r}; the dense encoder takes {', '.join(known)}")
+    if "backend" in options:
+        check_backend(options["backend"], f"{flag} backend")
 
 
 class DenseRetriever(Retriever):
@@ -81,7 +85,7 @@ class DenseRetriever(Retriever):
     else the model's own; ``max_seq_length``; truncation sides; ``fit_queries``, whose statuses for the last search's
     queries are in ``fit_stats``) are applied per encode call: the loaded model, shared by every retriever, is left as
     it was. ``device`` (cpu, cuda, cuda:N, mps; ``auto``/None: sentence-transformers' choice) and ``batch_size`` go
-    to sentence-transformers.
+    to sentence-transformers; ``backend`` (``torch``, or ``onnx``: ONNX Runtime on the CPU) runs the transformer.
 
     Documents are encoded once per corpus by ``index``; pool-restricted search then only encodes queries and takes
     dot products with the stored pool rows. Encoded corpora are kept in a small in-process cache (keyed by model,
@@ -121,6 +125,7 @@ class DenseRetriever(Retriever):
         query_truncation: str = "left",
         document_truncation: str = "right",
         fit_queries: bool = True,
+        backend: str = "torch",
         **options: Any,
     ) -> None:
         super().__init__(**options)
@@ -130,6 +135,10 @@ class DenseRetriever(Retriever):
         self.model_name = resolve_model(model) if model else default_model_path()
         self.batch_size = int(batch_size)
         self.device = disk.resolve_device(None if device is None else str(device))
+        self.backend = check_backend(backend)
+        if self.backend != "torch" and self.device not in (None, "cpu"):
+            raise ConvragError(f"backend={self.backend} runs on the CPU, not on {self.device}: use backend=torch there")
+        self.device = "cpu" if self.backend != "torch" else self.device
         self.faiss_threshold = int(faiss_threshold)
         self.faiss_index = faiss_index
         self.hnsw_m, self.ivf_nlist, self.nprobe = int(hnsw_m), ivf_nlist, int(nprobe)
@@ -165,7 +174,7 @@ class DenseRetriever(Retriever):
     @property
     def model(self) -> Any:
         """The ``SentenceTransformer`` that encodes (the shared loaded model, or its re-pooled copy)."""
-        return pooled_model(self.model_name, self.device, self.pooling)
+        return pooled_model(self.model_name, self.device, self.pooling, self.backend)
 
     # ----------------------------------------------------------------- encoding settings
     def pooling_used(self) -> str:
@@ -220,8 +229,8 @@ class DenseRetriever(Retriever):
             fn = getattr(model, f"encode_{kind}", model.encode)
             # sentence-transformers names its bar "Batches": say what is encoded (one call, batches unchanged)
             library = sys.modules.get(getattr(type(model).encode, "__module__", ""))
-            with relabelled(library, "trange", label(f"encoding {'corpus' if kind == 'document' else 'queries'}",
-                                                     self.name)):
+            what = "corpus" if kind == "document" else "queries"
+            with relabelled(library, "trange", label(f"encoding {what}", self.name)):
                 emb = fn(
                     [str(t) for t in texts], prompt=prompt, batch_size=self.batch_size,
                     show_progress_bar=show_progress, convert_to_numpy=True, normalize_embeddings=True,
@@ -239,22 +248,25 @@ class DenseRetriever(Retriever):
 
     # ----------------------------------------------------------------- index and search
     def document_settings(self) -> dict[str, Any]:
-        """Everything but the corpus that decides the document vectors (the disk cache key's fields)."""
+        """Everything but the corpus that decides the document vectors (the disk cache key's fields; ``backend``
+        only when not torch, so that torch entries keep their keys)."""
         return {"model": disk.model_identity(self.model_name), "pooling": self.pooling_used(),
                 "max_seq_length": self.limit("document"), "truncation": self.document_truncation,
-                "prompt": self.prompt("document"), "normalize": "l2", "dtype": "float32"}  # fmt: skip
+                "prompt": self.prompt("document"), "normalize": "l2", "dtype": "float32",
+                **({"backend": self.backend} if self.backend != "torch" else {})}  # fmt: skip
 
     def _fit(self, show_progress: bool) -> None:
         fingerprint = disk.corpus_fingerprint(self.doc_ids, self.doc_texts)
         key = (self.model_name, self.pooling_used(), self.limit("document"), self.document_truncation,
-               self.prompt("document"), fingerprint)  # fmt: skip
+               self.prompt("document"), fingerprint, self.backend)  # fmt: skip
         cached = _EMBEDDINGS.get(key) if self.cache else None
         self.cache_status, self._entry, self.encoded_documents = "reused (memory)", None, 0
         store = disk.EmbeddingStore(self.cache_dir) if self.cache_dir is not None else None
         if store is not None:
             settings = {**self.document_settings(), "corpus": fingerprint}
             self._entry = disk.entry_key(settings)
-            meta = {**settings, **disk.provenance(self.model_name, str(self.model.device), self.batch_size, None)}
+            meta = {**settings, **disk.provenance(self.model_name, str(self.model.device), self.batch_size, None),
+                    "backend_record": backend_record(self.model_name, self.backend)}  # fmt: skip
 
         def encode(start: int, stop: int) -> np.ndarray:
             return self.encode(self.doc_texts[start:stop], "document", show_progress)
@@ -341,8 +353,8 @@ class DenseRetriever(Retriever):
         return index
 
     def _new_faiss(self) -> Any:
-        return faiss_index.build(self.faiss_index, self.embeddings, self._nlist(), self.hnsw_m, self.pq_m,
-                                 self.pq_nbits)
+        args = (self._nlist(), self.hnsw_m, self.pq_m, self.pq_nbits)
+        return faiss_index.build(self.faiss_index, self.embeddings, *args)
 
     def _search_corpus(
         self, qids: list[str], texts: list[str], k: int, show_progress: bool
@@ -367,6 +379,9 @@ class DenseRetriever(Retriever):
                 out.append((keep, row[keep].astype(np.float64)))
         return out
 
+    def _pq_settings(self) -> dict[str, Any]:
+        return {"pq_m": self.pq_m, "pq_nbits": self.pq_nbits, "pq_rerank": self.pq_rerank, "nprobe": self.nprobe}
+
     def settings(self) -> dict[str, Any]:
         """Model (its :func:`~convrag.retrievers.model_record.model_record`: name, package, version, weights digest;
         never its path), pooling and length actually used (read back from the loaded model), prompts, truncation,
@@ -374,6 +389,7 @@ class DenseRetriever(Retriever):
         side = self.query_truncation
         return {
             "model": model_record(self.model_name),
+            "backend": backend_record(self.model_name, self.backend),
             "similarity": "cosine",
             "pooling": self.pooling_used(),
             "max_seq_length": self.limit("document"),
@@ -381,8 +397,7 @@ class DenseRetriever(Retriever):
             "device": str(self.model.device),
             "faiss_threshold": self.faiss_threshold,
             "faiss_index": self.faiss_index,
-            **({"pq_m": self.pq_m, "pq_nbits": self.pq_nbits, "pq_rerank": self.pq_rerank, "nprobe": self.nprobe}
-               if self.faiss_index == "ivfpq" else {}),
+            **(self._pq_settings() if self.faiss_index == "ivfpq" else {}),
             "query_prompt": self.query_prompt,
             "document_prompt": self.document_prompt,
             "query_truncation": self.query_truncation,

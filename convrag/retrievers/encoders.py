@@ -1,6 +1,6 @@
 """Sentence-transformers encoders as the dense retrievers use them: the shipped default model, models loaded
-once per process, and a model with another pooling (its Transformer shared, a new ``Pooling`` module, the
-modules after pooling kept)."""
+once per process (with the torch or the ONNX backend: :mod:`convrag.retrievers.backends`), and a model with another
+pooling (its Transformer shared, a new ``Pooling`` module, the modules after pooling kept)."""
 
 from __future__ import annotations
 
@@ -51,10 +51,16 @@ def pooling_mode(model: Any) -> str:
 
 
 @lru_cache(maxsize=8)
-def pooled_model(model: str, device: str | None = None, pooling: str | None = None) -> Any:
-    """``load_model(model, device)``, or (``pooling`` set and different) a model sharing its modules but with
-    a new ``Pooling(dim, pooling_mode=pooling)`` in place of its own; the modules after pooling are kept."""
-    base = load_model(model, device)
+def pooled_model(model: str, device: str | None = None, pooling: str | None = None, backend: str = "torch") -> Any:
+    """``load_model(model, device)`` (``backend="onnx"``: :func:`~convrag.retrievers.backends.load_onnx_model`, on
+    the CPU), or (``pooling`` set and different) a model sharing its modules but with a new
+    ``Pooling(dim, pooling_mode=pooling)`` in place of its own; the modules after pooling are kept."""
+    if backend == "torch":
+        base = load_model(model, device)
+    else:
+        from convrag.retrievers.backends import load_onnx_model
+
+        base = load_onnx_model(model)
     if pooling is None or pooling == pooling_mode(base):
         return base
     from sentence_transformers import SentenceTransformer
