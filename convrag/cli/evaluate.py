@@ -57,7 +57,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dense-model", help="sentence-transformers model path or name for dense/hybrid")
     p.add_argument("--dense-option", action="append", metavar="KEY=VALUE",
                    help="dense encoder option (repeatable): pooling=cls|mean|max|lasttoken, max_seq_length=N, "
-                        "query_prompt=..., document_prompt=..., query_truncation=left|right, fit_queries=false")
+                        "query_prompt=..., document_prompt=..., query_truncation=left|right, fit_queries=false, "
+                        "backend=torch|onnx (onnx: ONNX Runtime on CPU, the onnx extra)")
     p.add_argument("--device", help="dense encoding device: cpu, cuda, cuda:N, mps or auto (default auto: cuda, then "
                                     "mps, then cpu)")
     p.add_argument("--batch-size", type=int, help="dense encoding batch size (default 64)")
