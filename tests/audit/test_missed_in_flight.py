@@ -30,10 +30,7 @@ SLOW_POOL = 1.0
 
 @pytest.fixture
 def server() -> Iterator[FakeServer]:
-    s = FakeServer()
-    s.delay, s.responder = DELAY, reply
-    yield s
-    s.close()
+    yield from FakeServer.running(delay=DELAY, responder=reply)
 
 
 def idle_seconds(timeline: list[tuple[float, int]]) -> float:

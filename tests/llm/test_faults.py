@@ -145,6 +145,17 @@ class FakeServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
+    @classmethod
+    def running(cls, **settings: object) -> Iterator[FakeServer]:
+        """A server with ``settings`` set on it (``delay``, ``responder``, ``usage``...), closed after use."""
+        server = cls()
+        for name, value in settings.items():
+            setattr(server, name, value)
+        try:
+            yield server
+        finally:
+            server.close()
+
 
 @pytest.fixture
 def server() -> Iterator[FakeServer]:

@@ -95,10 +95,7 @@ def usage(body: dict, content: str) -> tuple[int, int]:
 
 @pytest.fixture
 def server() -> Iterator[FakeServer]:
-    s = FakeServer()
-    s.responder, s.usage = agents, usage
-    yield s
-    s.close()
+    yield from FakeServer.running(responder=agents, usage=usage)
 
 
 def _args(options: dict[str, Any]) -> list[str]:

@@ -54,10 +54,7 @@ def long_questions(body: dict[str, Any]) -> str:
 
 @pytest.fixture
 def server() -> Iterator[FakeServer]:
-    s = FakeServer()
-    s.responder, s.usage = long_questions, usage
-    yield s
-    s.close()
+    yield from FakeServer.running(responder=long_questions, usage=usage)
 
 
 def _polish_estimate(corpus: Path, out: Path, options: dict[str, Any]) -> Estimate:
