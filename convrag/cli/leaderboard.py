@@ -15,8 +15,11 @@ COLLECTION_HELP = "the collection: a local folder, or a Hub dataset repo id org/
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register ``leaderboard`` (``add``, ``build``) on the subparsers ``sub``."""
-    p = sub.add_parser("leaderboard", help="gather `convrag evaluate` results of many systems into a collection "
-                                           "and build its board (tables with CIs, paired tests, turn positions)")
+    p = sub.add_parser(
+        "leaderboard",
+        help="gather `convrag evaluate` results of many systems into a collection "
+        "and build its board (tables with CIs, paired tests, turn positions)",
+    )
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     a = actions.add_parser("add", help="check a results folder (it must re-score from its run files) and add it")
     a.add_argument("results", help="folder written by `convrag evaluate`")
@@ -73,7 +76,9 @@ def cmd_build(args: argparse.Namespace) -> int:
                          overwrite=args.overwrite) as out:  # fmt: skip
             written = write_board(board, out, base, digits=args.digits)
     top = board["rows"][0]
-    print(f"Board of {len(board['rows'])} systems from {len(board['entries'])} entries; first on {board['primary']}: "
-          f"{top['id']} ({top['scores'][board['primary']]['mean']:.{args.digits}f})")
+    print(
+        f"Board of {len(board['rows'])} systems from {len(board['entries'])} entries; first on {board['primary']}: "
+        f"{top['id']} ({top['scores'][board['primary']]['mean']:.{args.digits}f})"
+    )
     print("Wrote " + ", ".join(str(p) for p in written))
     return 0

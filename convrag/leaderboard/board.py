@@ -29,8 +29,13 @@ from convrag.core.errors import ConvragError
 from convrag.core.stats import bootstrap_ci, paired_test
 
 
-def build_board(header: dict[str, Any], entries: list[dict[str, Any]], n_bootstrap: int = 1000, seed: int = 0,
-                confidence: float = 0.95) -> dict[str, Any]:
+def build_board(
+    header: dict[str, Any],
+    entries: list[dict[str, Any]],
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> dict[str, Any]:
     """The board of a collection (its ``collection.json`` ``header`` and :func:`read_entries`), JSON-ready."""
     if not entries:
         raise ConvragError("the collection has no entry yet: add one with `convrag leaderboard add`")
@@ -64,8 +69,15 @@ def _key(value: float) -> float:
     return -np.inf if value is None or np.isnan(value) else value
 
 
-def _interval(per_query: dict[str, dict[str, float]], turns: dict[str, dict[str, Any]], measure: str, macro: bool,
-              n_bootstrap: int, seed: int, confidence: float) -> dict[str, float]:
+def _interval(
+    per_query: dict[str, dict[str, float]],
+    turns: dict[str, dict[str, Any]],
+    measure: str,
+    macro: bool,
+    n_bootstrap: int,
+    seed: int,
+    confidence: float,
+) -> dict[str, float]:
     """The main table's cell of one row and measure (see the module docstring)."""
     if not macro:
         return bootstrap_ci([row[measure] for row in per_query.values()], confidence, n_bootstrap, seed).to_dict()
@@ -75,8 +87,9 @@ def _interval(per_query: dict[str, dict[str, float]], turns: dict[str, dict[str,
     return macro_bootstrap(by_domain, n_bootstrap, seed, confidence).to_dict()
 
 
-def paired_tests(scores: dict[str, dict[str, dict[str, float]]], order: list[str], measures: list[str],
-                 seed: int = 0) -> list[dict[str, Any]]:
+def paired_tests(
+    scores: dict[str, dict[str, dict[str, float]]], order: list[str], measures: list[str], seed: int = 0
+) -> list[dict[str, Any]]:
     """Paired tests of every two rows (A above B in ``order``) on every measure, over the queries both scored."""
     out = []
     for a, b in itertools.combinations(order, 2):
@@ -89,8 +102,13 @@ def paired_tests(scores: dict[str, dict[str, dict[str, float]]], order: list[str
     return out
 
 
-def turn_positions(scores: dict[str, dict[str, dict[str, float]]], order: list[str], turns: dict[str, dict[str, Any]],
-                   measure: str, macro: bool) -> dict[str, Any]:
+def turn_positions(
+    scores: dict[str, dict[str, dict[str, float]]],
+    order: list[str],
+    turns: dict[str, dict[str, Any]],
+    measure: str,
+    macro: bool,
+) -> dict[str, Any]:
     """Row -> position -> the ``measure`` there, and position -> queries (see the module docstring); empty when
     the entries record no turn positions."""
     if not turns or any(turns.get(q, {}).get("turn") is None for q in scores[order[0]]):
@@ -108,8 +126,9 @@ def turn_positions(scores: dict[str, dict[str, dict[str, float]]], order: list[s
     return {"measure": measure, "n": {p: c for p, c in n.items() if c}, "rows": table}
 
 
-def domain_view(scores: dict[str, dict[str, dict[str, float]]], order: list[str], turns: dict[str, dict[str, Any]],
-                measure: str) -> dict[str, Any]:
+def domain_view(
+    scores: dict[str, dict[str, dict[str, float]]], order: list[str], turns: dict[str, dict[str, Any]], measure: str
+) -> dict[str, Any]:
     """Row -> domain -> mean of ``measure`` over the domain's queries; empty without domains."""
     if not turns or any(turns.get(q, {}).get("domain") is None for q in scores[order[0]]):
         return {}

@@ -61,8 +61,9 @@ def add_entry(root: Path, results: str | Path, name: str | None = None) -> str:
     name = safe_token(name or Path(results).resolve().name)
     header = read_header(root)
     if header is None and root.is_dir() and any(root.iterdir()):
-        raise ConvragError(f"{root}: a folder that is not a leaderboard collection (no {HEADER}); give an empty or "
-                           "new folder")
+        raise ConvragError(
+            f"{root}: a folder that is not a leaderboard collection (no {HEADER}); give an empty or new folder"
+        )
     if header is not None:
         check_identity(entry, header["identity"])
         missing = [m for m in header["measures"] if m not in entry.measures]

@@ -126,9 +126,11 @@ def check_identity(entry: Entry, expected: dict[str, Any]) -> None:
     for name in IDENTITY_FIELDS:
         if entry.identity.get(name) != expected.get(name):
             what = "qrels (another revision, split or corpus)" if name == "qrels_sha256" else name
-            raise ConvragError(f"{entry.folder}: its benchmark {what} is {entry.identity.get(name)!r}, the "
-                               f"collection's is {expected.get(name)!r}: results of another revision, split or corpus "
-                               "of the benchmark are not mixed into this collection (start a collection of its own)")
+            raise ConvragError(
+                f"{entry.folder}: its benchmark {what} is {entry.identity.get(name)!r}, the "
+                f"collection's is {expected.get(name)!r}: results of another revision, split or corpus "
+                "of the benchmark are not mixed into this collection (start a collection of its own)"
+            )
 
 
 def check_rescores(entry: Entry) -> None:
@@ -166,4 +168,3 @@ def _summaries(entry: Entry, name: str) -> dict[str, tuple[float, float]]:
             stated = entry.results["systems"][name]["overall"][m]["mean"]
             out[m] = (float(stated), float(np.mean([row[m] for row in per_query.values()])))
     return out
-

@@ -30,17 +30,38 @@ def sections(board: dict[str, Any], base: str, digits: int = 4) -> list[Section]
     measures, primary = board["measures"], board["primary"]
     rule = ("mean of the domain means, bootstrap stratified by domain" if board["aggregation"] == "domain-macro"
             else "mean over queries")  # fmt: skip
-    main = [[str(i), r["system"], r["entry"],
-             *(f"{_number(r['scores'][m]['mean'], digits)} [{_number(r['scores'][m]['low'], digits)}, "
-               f"{_number(r['scores'][m]['high'], digits)}]" for m in measures),
-             str(r["n"]), (Path(r["run"]).name, base + r["run"])] for i, r in enumerate(board["rows"], start=1)]
+    main = [
+        [
+            str(i),
+            r["system"],
+            r["entry"],
+            *(
+                f"{_number(r['scores'][m]['mean'], digits)} [{_number(r['scores'][m]['low'], digits)}, "
+                f"{_number(r['scores'][m]['high'], digits)}]"
+                for m in measures
+            ),
+            str(r["n"]),
+            (Path(r["run"]).name, base + r["run"]),
+        ]
+        for i, r in enumerate(board["rows"], start=1)
+    ]
     out: list[Section] = [("Main table", f"{rule}; {board['confidence']:.0%} percentile bootstrap CI over "
                            f"{board['n_bootstrap']} resamples (seed {board['seed']})",
                            ["#", "system", "entry", *measures, "n", "run"], main)]  # fmt: skip
     caveats: list[list[Cell]] = [[name, text] for name, texts in board["caveats"].items() for text in texts]
     out.append(("Caveats", "what each entry's results folder says to keep in mind", ["entry", "caveat"], caveats))
-    paired = [[p["a"], p["b"], _number(p["diff"], digits), _number(p["p_randomization"], 4),
-               _number(p["p_ttest"], 4), str(p["n"])] for p in board["paired"] if p["measure"] == primary]
+    paired = [
+        [
+            p["a"],
+            p["b"],
+            _number(p["diff"], digits),
+            _number(p["p_randomization"], 4),
+            _number(p["p_ttest"], 4),
+            str(p["n"]),
+        ]
+        for p in board["paired"]
+        if p["measure"] == primary
+    ]
     out.append((f"Paired tests ({primary})", "A - B over the queries both scored; two-sided paired randomisation "
                 "and t-test p-values (board.json holds every measure)",
                 ["A", "B", "mean A - B", "p (randomisation)", "p (t-test)", "n"], paired))  # fmt: skip
