@@ -1,0 +1,167 @@
+"""`convrag leaderboard`: six systems (bm25, bm25s and random, each with the baseline and history strategies) evaluated
+on the shipped RECOR sample, gathered into a collection (a local folder, and a dataset repo on the loopback test Hub),
+the board built; its main table and a paired test checked against values computed here from the per-query files with
+numpy / scipy only; a results folder edited by hand, and one of another revision or qrels, refused with one line."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from convrag.cli import main
+from tests.conftest import DATA, REPO
+from tests.hub_server import TOKEN, serve
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two `convrag evaluate` results folders of the RECOR sample: entry ``lexical`` (bm25, random) and ``bm25s``."""
+    root = tmp_path_factory.mktemp("leaderboard")
+    built = root / "recor"
+    assert main(["build", "recor", "--source", str(DATA / "recor" / "sample"), "--out", str(built)]) == 0
+    out = {}
+    for name, retrievers in (("lexical", "bm25,random"), ("bm25s", "bm25s")):
+        out[name] = root / name
+        argv = ["evaluate", str(built), "--retrievers", retrievers, "--strategies", "baseline,history",
+                "--bootstrap", "20", "--no-progress", "--out", str(out[name])]  # fmt: skip
+        assert main(argv) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def board(results: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """The local collection of both entries and its board."""
+    root = tmp_path_factory.mktemp("board")
+    for folder in results.values():
+        assert main(["leaderboard", "add", str(folder), "--collection", str(root / "collection")]) == 0
+    argv = ["leaderboard", "build", "--collection", str(root / "collection"), "--out", str(root / "board"),
+            "--bootstrap", "200"]  # fmt: skip
+    assert main(argv) == 0
+    return root / "collection", json.loads((root / "board" / "board.json").read_text(encoding="utf-8"))
+
+
+def _per_query(collection: Path) -> dict[str, dict[str, dict[str, float]]]:
+    """Row ``ENTRY/SYSTEM`` -> query id -> measure -> value, read from the entries' per_query.jsonl files."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for path in sorted(collection.glob("entries/*/per_query.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            out.setdefault(f"{path.parent.name}/{row.pop('system')}", {})[row.pop("query_id")] = row
+    return out
+
+
+def test_main_table_is_the_domain_macro_of_the_per_query_files(board):
+    collection, data = board
+    per_query = _per_query(collection)
+    assert len(per_query) == 6 and {r["id"] for r in data["rows"]} == set(per_query)
+    assert (collection / "collection.json").is_file() and data["identity"]["benchmark"] == "recor"
+    for row in data["rows"]:
+        scores = per_query[row["id"]]
+        assert (collection / row["run"]).is_file() and row["n"] == len(scores) == 13
+        for m in data["measures"]:
+            domains = {q.split(":")[0] for q in scores}  # RECOR query ids are domain:conversation:turn
+            macro = np.mean([np.mean([v[m] for q, v in scores.items() if q.split(":")[0] == d]) for d in domains])
+            cell = row["scores"][m]
+            assert cell["mean"] == pytest.approx(macro, abs=1e-12)
+            assert cell["low"] <= cell["mean"] + 1e-12 and cell["mean"] <= cell["high"] + 1e-12
+    primary = [r["scores"]["nDCG@10"]["mean"] for r in data["rows"]]
+    assert primary == sorted(primary, reverse=True)
+    assert data["turn_positions"]["n"] == {"T1": 4, "T2": 4, "T3": 4, "T4": 1}
+    assert set(data["caveats"]) == {"lexical", "bm25s"} and all(data["caveats"].values())
+
+
+def test_paired_test_equals_an_exact_sign_flip_test_and_scipy_t_test(board):
+    collection, data = board
+    a, b = "lexical/bm25|baseline", "lexical/bm25|history"
+    per_query = _per_query(collection)
+    qids = sorted(per_query[a])
+    x = np.array([per_query[a][q]["nDCG@10"] for q in qids])
+    y = np.array([per_query[b][q]["nDCG@10"] for q in qids])
+    d = x - y
+    flips = np.array(list(itertools.product((1, -1), repeat=d.size)))  # all 2^13 sign flips: the exact test
+    null = (flips * d).mean(axis=1)
+    p_exact = float(np.mean(np.abs(null) >= abs(d.mean()) - 1e-12))
+    (row,) = [p for p in data["paired"] if {p["a"], p["b"]} == {a, b} and p["measure"] == "nDCG@10"]
+    sign = 1 if row["a"] == a else -1
+    assert row["diff"] == pytest.approx(sign * d.mean(), abs=1e-12) and row["n"] == 13
+    assert row["p_randomization"] == pytest.approx(p_exact, abs=1e-9)
+    assert row["p_ttest"] == pytest.approx(float(stats.ttest_rel(x, y).pvalue), abs=1e-12)
+    n_rows = len(data["rows"])
+    assert len(data["paired"]) == n_rows * (n_rows - 1) // 2 * len(data["measures"])
+
+
+def _refused(capsys: pytest.CaptureFixture[str], argv: list[str], *needles: str) -> None:
+    capsys.readouterr()
+    assert main(argv) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and all(n in lines[0] for n in needles), lines
+
+
+def _copy(folder: Path, to: Path, edit) -> Path:
+    shutil.copytree(folder, to)
+    data = json.loads((to / "results.json").read_text(encoding="utf-8"))
+    edit(data)
+    (to / "results.json").write_text(json.dumps(data), encoding="utf-8")
+    return to
+
+
+def test_a_results_folder_edited_by_hand_is_refused(results, tmp_path, capsys):
+    def per_query(data: dict) -> None:
+        data["per_turn"]["bm25"]["history"]["biology:2:2"]["nDCG@10"] += 0.1
+
+    def summary(data: dict) -> None:
+        data["systems"]["random"]["baseline"]["macro"]["MAP@10"] = 0.99
+
+    collection = tmp_path / "collection"
+    for edit, needles in ((per_query, ("bm25|history nDCG@10 of query biology:2:2", "re-scored from")),
+                          (summary, ("random|baseline MAP@10 is 0.99", "edited by hand"))):  # fmt: skip
+        edited = _copy(results["lexical"], tmp_path / edit.__name__, edit)
+        _refused(capsys, ["leaderboard", "add", str(edited), "--collection", str(collection)], *needles)
+    assert not collection.exists()
+
+
+def test_another_revision_or_qrels_is_refused(results, tmp_path, capsys):
+    def revision(sha: str):
+        return lambda data: data.update(source={"repo_id": "org/recor", "revision": sha * 40})
+
+    collection = str(tmp_path / "collection")
+    first = _copy(results["lexical"], tmp_path / "at-a", revision("a"))
+    assert main(["leaderboard", "add", str(first), "--collection", collection]) == 0
+    other = _copy(results["bm25s"], tmp_path / "at-b", revision("b"))
+    _refused(capsys, ["leaderboard", "add", str(other), "--collection", collection], "revision", "b" * 40, "a" * 40)
+    fewer = _copy(results["bm25s"], tmp_path / "fewer-qrels", revision("a"))
+    qrels = fewer / "runs" / "qrels.trec"
+    qrels.write_text("".join(qrels.read_text(encoding="utf-8").splitlines(keepends=True)[1:]), encoding="utf-8")
+    _refused(capsys, ["leaderboard", "add", str(fewer), "--collection", collection], "qrels", "not mixed")
+    _refused(capsys, ["leaderboard", "add", str(first), "--collection", collection], "entry named 'at-a' exists")
+
+
+def test_a_collection_on_the_hub_builds_the_same_board(results, board, tmp_path):
+    """Both entries pushed to a dataset repo of the loopback Hub, the board built from the repo id (subprocesses:
+    huggingface_hub reads HF_ENDPOINT at import)."""
+    with serve(tmp_path / "hub") as url:
+        env = {**os.environ, "HF_ENDPOINT": url, "HF_TOKEN": TOKEN, "HF_HOME": str(tmp_path / "hf"),
+               "HF_HUB_OFFLINE": "0", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}  # fmt: skip
+        commands = [["add", str(folder), "--collection", "convrag-test/recor-board"] for folder in results.values()]
+        commands.append(["build", "--collection", "convrag-test/recor-board", "--out", str(tmp_path / "board"),
+                         "--bootstrap", "200"])  # fmt: skip
+        for argv in commands:
+            done = subprocess.run([sys.executable, "-m", "convrag.cli", "leaderboard", *argv], env=env, cwd=REPO,
+                                  capture_output=True, text=True, timeout=300)  # fmt: skip
+            assert done.returncode == 0, done.stderr
+    hub_board = json.loads((tmp_path / "board" / "board.json").read_text(encoding="utf-8"))
+    local_board = board[1]
+    assert hub_board["collection"]["repo_id"] == "convrag-test/recor-board"
+    assert [(r["id"], r["scores"]) for r in hub_board["rows"]] == [(r["id"], r["scores"]) for r in local_board["rows"]]
+    assert hub_board["paired"] == local_board["paired"]
+    page = (tmp_path / "board" / "index.html").read_text(encoding="utf-8")
+    assert f"{url}/datasets/convrag-test/recor-board/blob/" in page and "Caveats" in page
