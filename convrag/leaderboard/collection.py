@@ -143,6 +143,8 @@ def opened(ref: str, write: bool) -> Iterator[tuple[Path, dict[str, str] | None]
         folder, source = resolve_source(ref)
         yield folder, source
         return
+    if "@" in ref:
+        raise ConvragError(f"{ref}: an entry is added to the repo's main branch; give the repo id without @revision")
     with tempfile.TemporaryDirectory(prefix="convrag-collection-") as tmp:
         snapshot = repo_snapshot(ref)
         work = Path(tmp) / "collection"
@@ -150,7 +152,7 @@ def opened(ref: str, write: bool) -> Iterator[tuple[Path, dict[str, str] | None]
             work.mkdir()
         else:
             shutil.copytree(snapshot, work, ignore=shutil.ignore_patterns(".cache", ".git*"))
-        yield work, {"repo_id": ref.split("@", 1)[0]}
+        yield work, {"repo_id": ref}
 
 
 def publish(folder: Path, repo_id: str, message: str) -> str:

@@ -79,8 +79,12 @@ def _identity_line(board: dict[str, Any]) -> str:
     ident = board["identity"]
     where = f"{ident['repo_id']}@{ident['revision']}" if ident.get("repo_id") else "a local build"
     return (f"Benchmark {ident['benchmark']} ({where}), split {ident.get('split')}, search {ident.get('search')}, "
-            f"qrels sha256 {ident['qrels_sha256'][:12]}; {len(board['entries'])} entries, {len(board['rows'])} "
-            "systems.")  # fmt: skip
+            f"qrels sha256 {ident['qrels_sha256'][:12]}; {_count(len(board['entries']), 'entry', 'entries')}, "
+            f"{_count(len(board['rows']), 'system', 'systems')}.")  # fmt: skip
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 def _md_cell(cell: Cell) -> str:
