@@ -165,3 +165,21 @@ def test_a_collection_on_the_hub_builds_the_same_board(results, board, tmp_path)
     assert hub_board["paired"] == local_board["paired"]
     page = (tmp_path / "board" / "index.html").read_text(encoding="utf-8")
     assert f"{url}/datasets/convrag-test/recor-board/blob/" in page and "Caveats" in page
+
+
+def test_a_mean_aggregated_benchmark_is_the_mean_over_queries(stratrag_first30, tmp_path):
+    """StratRAG (aggregation ``mean``, one strategy: systems are retrievers, searched within each question's pool)."""
+    argv = ["evaluate", str(stratrag_first30), "--retrievers", "bm25,random", "--bootstrap", "0", "--no-progress",
+            "--out", str(tmp_path / "stratrag")]  # fmt: skip
+    assert main(argv) == 0
+    assert main(["leaderboard", "add", str(tmp_path / "stratrag"), "--collection", str(tmp_path / "collection")]) == 0
+    argv = ["leaderboard", "build", "--collection", str(tmp_path / "collection"), "--out", str(tmp_path / "board"),
+            "--bootstrap", "100"]  # fmt: skip
+    assert main(argv) == 0
+    data = json.loads((tmp_path / "board" / "board.json").read_text(encoding="utf-8"))
+    per_query = _per_query(tmp_path / "collection")
+    assert [r["id"] for r in data["rows"]] == ["stratrag/bm25", "stratrag/random"]
+    for row in data["rows"]:
+        for m in data["measures"]:
+            assert row["scores"][m]["mean"] == pytest.approx(np.mean([v[m] for v in per_query[row["id"]].values()]))
+    assert data["identity"]["search"] == "pool" and data["turn_positions"] == {} and data["domains"] == {}
