@@ -33,6 +33,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for CIs (default 1000)")
     b.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and the randomisation tests")
     b.add_argument("--digits", type=int, default=4, help="decimals shown in board.md / index.html (JSON is unrounded)")
+    b.add_argument(
+        "--space",
+        action="store_true",
+        help="also write the Gradio Space files (app.py, README.md, "
+        "sections.json, requirements.txt): --out is then a Space folder",
+    )
+    b.add_argument("--push", metavar="ORG/NAME", help="then upload --out as this Space repo (implies --space)")
+    b.add_argument("--private", action="store_true", help="with --push: create the Space private")
     b.set_defaults(func=cmd_build)
 
 
@@ -74,11 +82,17 @@ def cmd_build(args: argparse.Namespace) -> int:
         inputs = [] if hub is not None else [root]
         with claimed_out(args.out, inputs, "leaderboard build", identity=f"collection {args.collection}",
                          overwrite=args.overwrite) as out:  # fmt: skip
-            written = write_board(board, out, base, digits=args.digits)
+            written = write_board(board, out, base, digits=args.digits, space=args.space or bool(args.push))
     top = board["rows"][0]
     print(
         f"Board of {len(board['rows'])} systems from {len(board['entries'])} entries; first on {board['primary']}: "
         f"{top['id']} ({top['scores'][board['primary']]['mean']:.{args.digits}f})"
     )
     print("Wrote " + ", ".join(str(p) for p in written))
+    if args.push:
+        from convrag.hub.repo import upload_folder
+
+        url = upload_folder(Path(args.out), args.push, "space", "Upload leaderboard Space built by convrag",
+                            private=args.private, ignore=[".convrag-*"], space_sdk="gradio")  # fmt: skip
+        print(f"Pushed to Space {args.push}: {url}")
     return 0

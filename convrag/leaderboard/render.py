@@ -125,11 +125,41 @@ def page(board: dict[str, Any], base: str, digits: int = 4) -> str:
     return "".join(parts) + "</body></html>\n"
 
 
-def write_board(board: dict[str, Any], out: Path, base: str, digits: int = 4) -> list[Path]:
-    """Write ``board.json``, ``board.md`` and ``index.html`` into ``out``; the paths written."""
+def write_board(board: dict[str, Any], out: Path, base: str, digits: int = 4, space: bool = False) -> list[Path]:
+    """Write ``board.json``, ``board.md`` and ``index.html`` into ``out``; with ``space``, also the files that make
+    ``out`` a Gradio Space (:data:`SPACE_CARD`, ``app.py`` from :mod:`convrag.leaderboard.space_app`,
+    ``sections.json``: :func:`sections`, and an empty ``requirements.txt``: the Space needs gradio only). The
+    paths written."""
     out.mkdir(parents=True, exist_ok=True)
     files = {"board.json": json.dumps(json_safe(board), indent=1, allow_nan=False) + "\n",
              "board.md": markdown(board, base, digits), "index.html": page(board, base, digits)}  # fmt: skip
+    if space:
+        files["app.py"] = Path(__file__).with_name("space_app.py").read_text(encoding="utf-8")
+        files["sections.json"] = json.dumps(sections(board, base, digits), indent=1) + "\n"
+        files["requirements.txt"] = ""
+        files["README.md"] = SPACE_CARD.format(benchmark=board["identity"]["benchmark"])
     for name, text in files.items():
         (out / name).write_text(text, encoding="utf-8")
     return [out / name for name in files]
+
+
+#: the Space card (README.md) of a board folder written with ``space``
+SPACE_CARD = """---
+title: {benchmark} leaderboard
+emoji: 🏆
+colorFrom: indigo
+colorTo: green
+sdk: gradio
+sdk_version: 6.31.0
+app_file: app.py
+pinned: false
+tags:
+- leaderboard
+- convrag
+---
+
+# {benchmark} leaderboard
+
+Built by `convrag leaderboard build --space`: the main table with confidence intervals, each entry's caveats, paired
+tests and turn positions of board.json, and a paired comparison of any two systems.
+"""

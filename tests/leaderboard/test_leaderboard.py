@@ -5,6 +5,7 @@ numpy / scipy only; a results folder edited by hand, and one of another revision
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import os
@@ -153,11 +154,24 @@ def test_a_collection_on_the_hub_builds_the_same_board(results, board, tmp_path)
                "HF_HUB_OFFLINE": "0", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}  # fmt: skip
         commands = [["add", str(folder), "--collection", "convrag-test/recor-board"] for folder in results.values()]
         commands.append(["build", "--collection", "convrag-test/recor-board", "--out", str(tmp_path / "board"),
-                         "--bootstrap", "200"])  # fmt: skip
+                         "--bootstrap", "200", "--push", "convrag-test/recor-board-space"])  # fmt: skip
         for argv in commands:
             done = subprocess.run([sys.executable, "-m", "convrag.cli", "leaderboard", *argv], env=env, cwd=REPO,
                                   capture_output=True, text=True, timeout=300)  # fmt: skip
             assert done.returncode == 0, done.stderr
+        assert f"{url}/spaces/convrag-test/recor-board-space/commit/" in done.stdout
+        space = sorted(
+            p.name for p in (tmp_path / "hub" / "spaces" / "convrag-test" / "recor-board-space" / "files").iterdir()
+        )
+        assert space == [
+            "README.md",
+            "app.py",
+            "board.json",
+            "board.md",
+            "index.html",
+            "requirements.txt",
+            "sections.json",
+        ]
     hub_board = json.loads((tmp_path / "board" / "board.json").read_text(encoding="utf-8"))
     local_board = board[1]
     assert hub_board["collection"]["repo_id"] == "convrag-test/recor-board"
@@ -183,3 +197,22 @@ def test_a_mean_aggregated_benchmark_is_the_mean_over_queries(stratrag_first30, 
         for m in data["measures"]:
             assert row["scores"][m]["mean"] == pytest.approx(np.mean([v[m] for v in per_query[row["id"]].values()]))
     assert data["identity"]["search"] == "pool" and data["turn_positions"] == {} and data["domains"] == {}
+
+
+def test_the_board_space_shows_the_tables_and_compares_two_systems(board, tmp_path):
+    """The Space folder `build --space` writes: its app (gradio only) builds, and its comparison is the board's."""
+    collection, data = board
+    argv = ["leaderboard", "build", "--collection", str(collection), "--out", str(tmp_path / "space"), "--bootstrap",
+            "200", "--space"]  # fmt: skip
+    assert main(argv) == 0
+    assert "sdk: gradio" in (tmp_path / "space" / "README.md").read_text(encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("board_space_app", tmp_path / "space" / "app.py")
+    app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(app)
+    sections = json.loads((tmp_path / "space" / "sections.json").read_text(encoding="utf-8"))
+    assert [s[0] for s in sections][:3] == ["Main table", "Caveats", "Paired tests (nDCG@10)"]
+    assert app.build_demo(data, sections) is not None
+    a, b = "lexical/bm25|history", "bm25s/bm25s|baseline"
+    (row,) = [p for p in data["paired"] if {p["a"], p["b"]} == {a, b} and p["measure"] == "MAP@10"]
+    diff = row["diff"] if row["a"] == a else -row["diff"]
+    assert f"on MAP@10: mean difference {diff:.4f} over 13 queries" in app.compare(data, a, b, "MAP@10")
