@@ -6,5 +6,6 @@ built from it.
 * :mod:`convrag.leaderboard.collection`: the collection's layout (a local folder or a Hub dataset repo) and adding
   an entry to it.
 * :mod:`convrag.leaderboard.board`: the board's tables (main table with CIs, paired tests, turn positions) and
-  :mod:`convrag.leaderboard.render` its static files.
+  :mod:`convrag.leaderboard.render` its static files; :mod:`convrag.leaderboard.space_app` is the ``app.py`` of the
+  board's Gradio Space (copied into the board folder, never imported by convrag).
 """
