@@ -65,7 +65,7 @@ def build_board(
             "domains": domain_view(scores, order, turns, primary)}  # fmt: skip
 
 
-def _key(value: float) -> float:
+def _key(value: float | None) -> float:
     return -np.inf if value is None or np.isnan(value) else value
 
 
