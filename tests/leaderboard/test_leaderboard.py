@@ -216,3 +216,19 @@ def test_the_board_space_shows_the_tables_and_compares_two_systems(board, tmp_pa
     (row,) = [p for p in data["paired"] if {p["a"], p["b"]} == {a, b} and p["measure"] == "MAP@10"]
     diff = row["diff"] if row["a"] == a else -row["diff"]
     assert f"on MAP@10: mean difference {diff:.4f} over 13 queries" in app.compare(data, a, b, "MAP@10")
+
+
+def test_unsupported_results_and_a_folder_that_is_no_collection_are_refused(results, tmp_path, capsys):
+    mtrag = tmp_path / "mtrag"
+    mtrag.mkdir()
+    (mtrag / "results.json").write_text(
+        json.dumps({"benchmark": "mtrag", "profile": {"aggregation": "mtrag-official"}})
+    )
+    _refused(capsys, ["leaderboard", "add", str(mtrag), "--collection", str(tmp_path / "c")], "'mtrag-official'")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    _refused(capsys, ["leaderboard", "add", str(results["bm25s"]), "--collection", str(other)], "not a leaderboard")
+    _refused(capsys, ["leaderboard", "build", "--collection", str(tmp_path / "c"), "--out", str(tmp_path / "b")],
+             "not a leaderboard collection")  # fmt: skip
+    assert not (tmp_path / "c").exists() and not (tmp_path / "b").exists()
