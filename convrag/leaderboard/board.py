@@ -7,8 +7,13 @@ Definitions (``primary``: the collection's primary measure; every value unrounde
   measures, small groups, placeholder models, ...).
 * **main table**: per row and measure, the benchmark's own aggregate with a percentile bootstrap CI: for the
   ``domain-macro`` rule (RECOR) the mean of the domain means with a bootstrap stratified by domain
-  (:func:`convrag.benchmarks.recor.tables.macro_bootstrap`); for ``mean`` the mean over scored queries
-  (:func:`convrag.core.stats.bootstrap_ci`).
+  (:func:`convrag.benchmarks.recor.tables.macro_bootstrap`); for ``mtrag-official`` (MTRAG, MTRAG-UN) the
+  official weighted "all" row, per-domain means rounded to 5 decimals weighted by the row's submitted tasks per
+  domain, with a bootstrap stratified by domain (:func:`convrag.benchmarks.mtrag.official.official_bootstrap`);
+  for ``mean`` the mean over scored queries (:func:`convrag.core.stats.bootstrap_ci`).
+* **domain table** (``mtrag-official`` only): per row, domain and measure, the mean over the domain's scored
+  tasks with a percentile bootstrap CI (the official per-domain row, unrounded, where the run has every judged
+  task), and the domain's submitted tasks (``count``).
 * **paired tests**: for every two rows and every measure, the paired randomisation and t-tests of the per-query
   differences (:func:`convrag.core.stats.paired_test`: ``diff`` is mean(A) - mean(B) over the queries both
   scored, a plain mean over queries even where the main table is a domain macro).
@@ -24,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from convrag.benchmarks.mtrag.official import official_bootstrap
 from convrag.benchmarks.recor.tables import POSITIONS, domain_means, macro_bootstrap, macro_mean, position_label
 from convrag.core.errors import ConvragError
 from convrag.core.stats import bootstrap_ci, paired_test
@@ -39,17 +45,23 @@ def build_board(
     """The board of a collection (its ``collection.json`` ``header`` and :func:`read_entries`), JSON-ready."""
     if not entries:
         raise ConvragError("the collection has no entry yet: add one with `convrag leaderboard add`")
-    measures, primary, macro = header["measures"], header["primary"], header["aggregation"] == "domain-macro"
+    measures, primary, rule = header["measures"], header["primary"], header["aggregation"]
+    macro = rule == "domain-macro"
     turns: dict[str, dict[str, Any]] = {}
     for entry in entries:
         turns.update(entry.get("turns") or {})
-    scores, rows = {}, []
+    scores, rows, domain_rows = {}, [], []
     for entry in entries:
         for system, record in entry["systems"].items():
             row_id = f"{entry['name']}/{system}"
             per_query = entry["scores"][system]
             scores[row_id] = per_query
-            table = {m: _interval(per_query, turns, m, macro, n_bootstrap, seed, confidence) for m in measures}
+            by_domain = {m: _by_domain(per_query, turns, m) for m in measures} if rule != "mean" else {}
+            counts = record.get("counts")
+            table = {m: _interval(per_query, by_domain.get(m, {}), counts, m, rule, n_bootstrap, seed, confidence)
+                     for m in measures}  # fmt: skip
+            if counts is not None:
+                domain_rows += _domain_rows(row_id, by_domain, counts, n_bootstrap, seed, confidence)
             rows.append({"id": row_id, "entry": entry["name"], "system": system, "retriever": record["retriever"],
                          "strategy": record.get("strategy"), "model": record.get("model"),
                          "run": f"entries/{entry['name']}/{record['run']}", "n": len(per_query),
@@ -62,29 +74,56 @@ def build_board(
             "caveats": {e["name"]: [c.get("text", str(c)) for c in e.get("caveats") or []] for e in entries},
             "paired": paired_tests(scores, order, measures, seed),
             "turn_positions": turn_positions(scores, order, turns, primary, macro),
-            "domains": domain_view(scores, order, turns, primary)}  # fmt: skip
+            "domains": domain_view(scores, order, turns, primary),
+            "domain_table": sorted(domain_rows, key=lambda r: (order.index(r["row"]), r["domain"]))}  # fmt: skip
 
 
 def _key(value: float | None) -> float:
     return -np.inf if value is None or np.isnan(value) else value
 
 
+def _by_domain(
+    per_query: dict[str, dict[str, float]], turns: dict[str, dict[str, Any]], measure: str
+) -> dict[str, list[float]]:
+    """Domain -> the ``measure`` of its queries, in query id order."""
+    by_domain: dict[str, list[float]] = {}
+    for qid in sorted(per_query):
+        by_domain.setdefault(str(turns[qid]["domain"]), []).append(per_query[qid][measure])
+    return by_domain
+
+
 def _interval(
     per_query: dict[str, dict[str, float]],
-    turns: dict[str, dict[str, Any]],
+    by_domain: dict[str, list[float]],
+    counts: dict[str, int] | None,
     measure: str,
-    macro: bool,
+    rule: str,
     n_bootstrap: int,
     seed: int,
     confidence: float,
 ) -> dict[str, float]:
-    """The main table's cell of one row and measure (see the module docstring)."""
-    if not macro:
-        return bootstrap_ci([row[measure] for row in per_query.values()], confidence, n_bootstrap, seed).to_dict()
-    by_domain: dict[str, list[float]] = {}
-    for qid in sorted(per_query):
-        by_domain.setdefault(str(turns[qid]["domain"]), []).append(per_query[qid][measure])
-    return macro_bootstrap(by_domain, n_bootstrap, seed, confidence).to_dict()
+    """The main table's cell of one row and measure (see the module docstring); ``by_domain``: :func:`_by_domain`,
+    ``counts``: the row's submitted tasks per domain (``mtrag-official``)."""
+    if rule == "domain-macro":
+        return macro_bootstrap(by_domain, n_bootstrap, seed, confidence).to_dict()
+    if rule == "mtrag-official":
+        return official_bootstrap(by_domain, counts or {}, n_bootstrap, seed, confidence).to_dict()
+    return bootstrap_ci([row[measure] for row in per_query.values()], confidence, n_bootstrap, seed).to_dict()
+
+
+def _domain_rows(
+    row: str,
+    by_domain: dict[str, dict[str, list[float]]],
+    counts: dict[str, int],
+    n_bootstrap: int,
+    seed: int,
+    confidence: float,
+) -> list[dict[str, Any]]:
+    """The domain table's rows of board row ``row`` (``by_domain``: measure -> :func:`_by_domain`)."""
+    domains = sorted({d for values in by_domain.values() for d in values})
+    return [{"row": row, "domain": d, "count": counts.get(d, 0), "n": len(next(iter(by_domain.values()))[d]),
+             "scores": {m: bootstrap_ci(v[d], confidence, n_bootstrap, seed).to_dict() for m, v in by_domain.items()}}
+            for d in domains]  # fmt: skip
 
 
 def paired_tests(

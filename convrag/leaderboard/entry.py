@@ -13,6 +13,8 @@ Definitions:
 * **re-scores**: every per-query score in ``results.json`` equals what the retrieval metric
   (:func:`convrag.metrics.retrieval.compute.score_run`) computes from the system's run file and the qrels file
   (within 1e-12), and every system's summary means equal the means of those per-query scores (relative 1e-9).
+  MTRAG / MTRAG-UN results (``mtrag-official``) are re-scored by Subtask A's scoring, official rows included
+  (:mod:`convrag.leaderboard.mtrag`).
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ import numpy as np
 
 from convrag.benchmarks.recor.tables import domain_means, macro_mean
 from convrag.core.errors import ConvragError
+from convrag.leaderboard.mtrag import PRIMARY as MTRAG_PRIMARY
+from convrag.leaderboard.mtrag import check_mtrag, mtrag_systems
 from convrag.metrics.retrieval.compute import score_run
 from convrag.metrics.retrieval.trec import read_qrels, read_run, safe_token
 
 #: aggregation rules of evaluation profiles whose results folders can be entries
-SUPPORTED = ("mean", "domain-macro")
+SUPPORTED = ("mean", "domain-macro", "mtrag-official")
 #: the fields of a benchmark identity, in the order they are compared
 IDENTITY_FIELDS = ("benchmark", "repo_id", "revision", "split", "corpus", "search", "qrels_sha256")
 QRELS = "runs/qrels.trec"
@@ -77,15 +81,18 @@ def read_entry(folder: str | Path) -> Entry:
                            f"(supported: {', '.join(SUPPORTED)})")  # fmt: skip
     if not (path / QRELS).is_file():
         raise ConvragError(f"{path}: no {QRELS} (the qrels its runs were scored against)")
-    scores, systems = _systems(results, aggregation)
+    if aggregation == "mtrag-official":
+        scores, systems, turns = mtrag_systems(results, path)
+    else:
+        scores, systems = _systems(results, aggregation)
+        turns = {q: {k: t.get(k) for k in ("domain", "turn")} for q, t in (results.get("turns") or {}).items()}
     files = set(results.get("files") or [])
     for name, record in systems.items():
         record["run"] = f"runs/{safe_token(name.replace('|', '__'))}.trec"
         if record["run"] not in files or not (path / record["run"]).is_file():
             raise ConvragError(f"{path}: system {name!r} has no run file {record['run']}")
     measures = list(results.get("measures") or results["profile"].get("measures") or [])
-    primary = str(results.get("primary") or measures[0])
-    turns = {q: {k: t.get(k) for k in ("domain", "turn")} for q, t in (results.get("turns") or {}).items()}
+    primary = str(results.get("primary") or (MTRAG_PRIMARY if MTRAG_PRIMARY in measures else measures[0]))
     return Entry(folder=path, results=results, identity=identity(results, path), aggregation=aggregation,
                  measures=measures, primary=primary, systems=systems, scores=scores, turns=turns)  # fmt: skip
 
@@ -135,6 +142,9 @@ def check_identity(entry: Entry, expected: dict[str, Any]) -> None:
 
 def check_rescores(entry: Entry) -> None:
     """Refuse ``entry`` (one line) unless its numbers re-score from its run files (see the module docstring)."""
+    if entry.aggregation == "mtrag-official":
+        check_mtrag(entry.folder, entry.results, entry.measures, entry.systems, entry.turns)
+        return
     qrels = read_qrels(entry.folder / QRELS)
     for name, per_query in entry.scores.items():
         run_file = entry.systems[name]["run"]

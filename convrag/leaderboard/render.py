@@ -19,27 +19,32 @@ from convrag.core.jsonl import json_safe
 #: a table cell: plain text, or (text, link)
 Cell = str | tuple[str, str]
 Section = tuple[str, str, list[str], list[list[Cell]]]
+#: what the main table's values are, per aggregation rule (else the mean over queries)
+RULES = {
+    "domain-macro": "mean of the domain means, bootstrap stratified by domain",
+    "mtrag-official": 'the official weighted "all" row (per-domain means rounded to 5 decimals, weighted by tasks '
+    "submitted per domain), bootstrap stratified by domain",
+}
 
 
 def _number(value: float | None, digits: int) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
 
+def _interval(cell: dict[str, float], digits: int) -> str:
+    return f"{_number(cell['mean'], digits)} [{_number(cell['low'], digits)}, {_number(cell['high'], digits)}]"
+
+
 def sections(board: dict[str, Any], base: str, digits: int = 4) -> list[Section]:
     """The board as (title, note, columns, rows) sections, in page order."""
     measures, primary = board["measures"], board["primary"]
-    rule = ("mean of the domain means, bootstrap stratified by domain" if board["aggregation"] == "domain-macro"
-            else "mean over queries")  # fmt: skip
+    rule = RULES.get(board["aggregation"], "mean over queries")
     main = [
         [
             str(i),
             r["system"],
             r["entry"],
-            *(
-                f"{_number(r['scores'][m]['mean'], digits)} [{_number(r['scores'][m]['low'], digits)}, "
-                f"{_number(r['scores'][m]['high'], digits)}]"
-                for m in measures
-            ),
+            *(_interval(r["scores"][m], digits) for m in measures),
             str(r["n"]),
             (Path(r["run"]).name, base + r["run"]),
         ]
@@ -65,6 +70,12 @@ def sections(board: dict[str, Any], base: str, digits: int = 4) -> list[Section]
     out.append((f"Paired tests ({primary})", "A - B over the queries both scored; two-sided paired randomisation "
                 "and t-test p-values (board.json holds every measure)",
                 ["A", "B", "mean A - B", "p (randomisation)", "p (t-test)", "n"], paired))  # fmt: skip
+    if board.get("domain_table"):
+        per_domain = [[r["row"], r["domain"], str(r["count"]), str(r["n"]), *(_interval(r["scores"][m], digits)
+                       for m in measures)] for r in board["domain_table"]]  # fmt: skip
+        out.append(("Per domain", "mean over the domain's scored tasks (the official per-domain row, unrounded) with "
+                    "its bootstrap CI; count: tasks submitted (the official weight), n: tasks scored",
+                    ["system", "domain", "count", "n", *measures], per_domain))  # fmt: skip
     for key, title in (("turn_positions", "Turn positions"), ("domains", "Domains")):
         view = board[key]
         if view:
