@@ -9,7 +9,8 @@ entries/<name>/entry.json       name, when it was added, identity, systems (retr
                                 record), caveats, LLM and synthesis notes, turn info (domain, turn position)
 entries/<name>/per_query.jsonl  one line per system and scored query: system, query_id, one value per measure
 entries/<name>/results.json     the results folder's files as submitted (results.md too)
-entries/<name>/runs/*.trec      its run files and the qrels they were scored against
+entries/<name>/runs/*.trec      its run files and the qrels they were scored against (MTRAG: and its submission
+                                files, runs/*.jsonl)
 ```
 
 The first entry fixes the collection's identity; a later one of another identity is refused, as is one whose
@@ -106,7 +107,8 @@ def _write_entry(out: Path, entry: Entry, name: str) -> None:
                 row = {"system": system, "query_id": qid, **{m: per_query[qid][m] for m in entry.measures}}
                 handle.write(json.dumps(row) + "\n")
     (out / "runs").mkdir()
-    for file in ["results.json", "results.md", "runs/qrels.trec", *(s["run"] for s in entry.systems.values())]:
+    runs = [s[key] for s in entry.systems.values() for key in ("run", "submission") if key in s]
+    for file in ["results.json", "results.md", "runs/qrels.trec", *runs]:
         if (entry.folder / file).is_file():
             shutil.copyfile(entry.folder / file, out / file)
 

@@ -219,12 +219,10 @@ def test_the_board_space_shows_the_tables_and_compares_two_systems(board, tmp_pa
 
 
 def test_unsupported_results_and_a_folder_that_is_no_collection_are_refused(results, tmp_path, capsys):
-    mtrag = tmp_path / "mtrag"
-    mtrag.mkdir()
-    (mtrag / "results.json").write_text(
-        json.dumps({"benchmark": "mtrag", "profile": {"aggregation": "mtrag-official"}})
-    )
-    _refused(capsys, ["leaderboard", "add", str(mtrag), "--collection", str(tmp_path / "c")], "'mtrag-official'")
+    other_rule = tmp_path / "other-rule"
+    other_rule.mkdir()
+    (other_rule / "results.json").write_text(json.dumps({"benchmark": "x", "profile": {"aggregation": "median"}}))
+    _refused(capsys, ["leaderboard", "add", str(other_rule), "--collection", str(tmp_path / "c")], "'median'")
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("mine")
@@ -232,3 +230,84 @@ def test_unsupported_results_and_a_folder_that_is_no_collection_are_refused(resu
     _refused(capsys, ["leaderboard", "build", "--collection", str(tmp_path / "c"), "--out", str(tmp_path / "b")],
              "not a leaderboard collection")  # fmt: skip
     assert not (tmp_path / "c").exists() and not (tmp_path / "b").exists()
+
+
+def _weighted_all(
+    per_query: dict[str, dict[str, float]], domain: dict[str, str], counts: dict[str, int], m: str
+) -> float:
+    """MTRAGEval's "all" row, computed here: per-domain means rounded to 5 decimals, weighted by submitted tasks."""
+    means = {d: np.mean([v[m] for q, v in per_query.items() if domain[q] == d]) for d in counts}
+    return sum(round(float(means[d]), 5) * counts[d] for d in counts) / sum(counts.values())
+
+
+def test_mtrag_results_and_a_submission_on_the_board(tmp_path, capsys):
+    """MTRAG's fiqa and govt tasks over their cited passages: entry ``lexical`` (bm25, random) and entry ``other``
+    (bm25s, and an official submission file: bm25's with every score negated); the main table is the official
+    weighted "all" row, computed here from per_query.jsonl and the submission files; a paired test against scipy
+    and a sign-flip test of our own; a hand-edited MTRAG folder refused."""
+    built = tmp_path / "mtrag"
+    configs = [f"{d}-{v}" for d in ("fiqa", "govt") for v in ("lastturn", "qrels", "cited-corpus")]
+    assert main(["build", "mtrag", "--source", str(DATA / "mtrag"), "--out", str(built),
+                 *(a for c in configs for a in ("--config", c))]) == 0  # fmt: skip
+    fast = ["--bootstrap", "0", "--no-progress"]
+    assert main(["evaluate", str(built), "--retrievers", "bm25,random", *fast, "--out", str(tmp_path / "lexical")]) == 0
+    lines = [json.loads(line) for line in (tmp_path / "lexical/runs/bm25__lastturn.jsonl").read_text().splitlines()]
+    for line in lines:
+        line["contexts"] = [{**c, "score": -c["score"]} for c in line["contexts"]]
+    submission = tmp_path / "reversed.jsonl"
+    submission.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    argv = ["evaluate", str(built), "--retrievers", "bm25s", "--submission", f"rev={submission}", *fast,
+            "--out", str(tmp_path / "other")]  # fmt: skip
+    assert main(argv) == 0
+    collection = tmp_path / "collection"
+    for name in ("lexical", "other"):
+        assert main(["leaderboard", "add", str(tmp_path / name), "--collection", str(collection)]) == 0
+    argv = ["leaderboard", "build", "--collection", str(collection), "--out", str(tmp_path / "board"),
+            "--bootstrap", "200"]  # fmt: skip
+    assert main(argv) == 0
+    data = json.loads((tmp_path / "board" / "board.json").read_text(encoding="utf-8"))
+    per_query = _per_query(collection)
+    assert sorted(per_query) == ["lexical/bm25|lastturn", "lexical/random|lastturn", "other/bm25s|lastturn",
+                                 "other/rev"]  # fmt: skip
+    assert data["primary"] == "nDCG@5" and data["aggregation"] == "mtrag-official"
+    for row in data["rows"]:
+        filed = [json.loads(x) for x in (collection / row["run"]).with_suffix(".jsonl").read_text().splitlines()]
+        domain = {x["task_id"]: "fiqa" if "fiqa" in x["Collection"] else "govt" for x in filed}
+        counts = {d: list(domain.values()).count(d) for d in ("fiqa", "govt")}
+        assert counts == {"fiqa": 180, "govt": 201} and row["n"] == 381
+        for m in data["measures"]:
+            cell = row["scores"][m]
+            assert cell["mean"] == pytest.approx(_weighted_all(per_query[row["id"]], domain, counts, m), abs=1e-12)
+            assert cell["low"] <= cell["mean"] + 1e-12 and cell["mean"] <= cell["high"] + 1e-12
+        for d in ("fiqa", "govt"):
+            (drow,) = [r for r in data["domain_table"] if r["row"] == row["id"] and r["domain"] == d]
+            expected = np.mean([v["nDCG@5"] for q, v in per_query[row["id"]].items() if domain[q] == d])
+            assert drow["scores"]["nDCG@5"]["mean"] == pytest.approx(expected, abs=1e-12)
+    stated = json.loads((tmp_path / "lexical" / "results.json").read_text(encoding="utf-8"))["results"][0]
+    (bm25,) = [r for r in data["rows"] if r["id"] == "lexical/bm25|lastturn"]
+    assert bm25["scores"]["nDCG@5"]["mean"] == pytest.approx(stated["official_all"]["nDCG@5"], abs=1e-15)
+    assert data["turn_positions"]["n"]["T1"] > 0 and set(data["domains"]["n"]) == {"fiqa", "govt"}
+
+    a, b = "lexical/bm25|lastturn", "other/bm25s|lastturn"
+    qids = sorted(per_query[a])
+    x = np.array([per_query[a][q]["nDCG@5"] for q in qids])
+    y = np.array([per_query[b][q]["nDCG@5"] for q in qids])
+    (row,) = [p for p in data["paired"] if {p["a"], p["b"]} == {a, b} and p["measure"] == "nDCG@5"]
+    sign = 1 if row["a"] == a else -1
+    assert row["diff"] == pytest.approx(sign * (x - y).mean(), abs=1e-12) and row["n"] == 381
+    assert row["p_ttest"] == pytest.approx(float(stats.ttest_rel(x, y).pvalue), abs=1e-12)
+    flips = np.random.default_rng(7).choice((-1.0, 1.0), size=(20000, x.size))
+    p_flip = float(np.mean(np.abs(flips @ (x - y) / x.size) >= abs((x - y).mean()) - 1e-12))
+    assert row["p_randomization"] == pytest.approx(p_flip, abs=0.02)
+
+    def official(data: dict) -> None:
+        data["results"][1]["official_all"]["nDCG@5"] += 0.01
+
+    def per_task(data: dict) -> None:
+        data["results"][0]["per_query"][qids[0]]["Recall@10"] = 0.5
+
+    for edit, needles in ((official, ("rev official nDCG@5 (all)", "edited by hand")),
+                          (per_task, (f"bm25s|lastturn Recall@10 of query {qids[0]}", "re-scored from"))):  # fmt: skip
+        edited = _copy(tmp_path / "other", tmp_path / edit.__name__, edit)
+        _refused(capsys, ["leaderboard", "add", str(edited), "--collection", str(tmp_path / "c2")], *needles)
+    assert not (tmp_path / "c2").exists()
