@@ -249,7 +249,7 @@ def test_mtrag_results_and_a_submission_on_the_board(tmp_path, capsys):
     configs = [f"{d}-{v}" for d in ("fiqa", "govt") for v in ("lastturn", "qrels", "cited-corpus")]
     assert main(["build", "mtrag", "--source", str(DATA / "mtrag"), "--out", str(built),
                  *(a for c in configs for a in ("--config", c))]) == 0  # fmt: skip
-    fast = ["--bootstrap", "0", "--no-progress"]
+    fast = ["--bootstrap", "0", "--no-progress", "--measures", "nDCG@5"]  # official rows: nDCG@5, Recall@5
     assert main(["evaluate", str(built), "--retrievers", "bm25,random", *fast, "--out", str(tmp_path / "lexical")]) == 0
     lines = [json.loads(line) for line in (tmp_path / "lexical/runs/bm25__lastturn.jsonl").read_text().splitlines()]
     for line in lines:
@@ -304,10 +304,10 @@ def test_mtrag_results_and_a_submission_on_the_board(tmp_path, capsys):
         data["results"][1]["official_all"]["nDCG@5"] += 0.01
 
     def per_task(data: dict) -> None:
-        data["results"][0]["per_query"][qids[0]]["Recall@10"] = 0.5
+        data["results"][0]["per_query"][qids[0]]["Recall@5"] = 0.5
 
     for edit, needles in ((official, ("rev official nDCG@5 (all)", "edited by hand")),
-                          (per_task, (f"bm25s|lastturn Recall@10 of query {qids[0]}", "re-scored from"))):  # fmt: skip
+                          (per_task, (f"bm25s|lastturn Recall@5 of query {qids[0]}", "re-scored from"))):  # fmt: skip
         edited = _copy(tmp_path / "other", tmp_path / edit.__name__, edit)
         _refused(capsys, ["leaderboard", "add", str(edited), "--collection", str(tmp_path / "c2")], *needles)
     assert not (tmp_path / "c2").exists()
