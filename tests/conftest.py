@@ -35,15 +35,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(f"shared data folder not found at {DATA} (set CONVRAG_SHARED_DATA)")
 
 
+def build_mtrag(tmp_path_factory: pytest.TempPathFactory, config: str) -> Path:
+    """MTRAG's ``config`` built from the shared data as a convrag folder in a new temporary folder."""
+    from convrag.cli import main
+
+    out = tmp_path_factory.mktemp("built") / f"mtrag-{config}"
+    assert main(["build", "mtrag", "--source", str(DATA / "mtrag"), "--config", config, "--out", str(out)]) == 0
+    return out
+
+
+def json_strings(value: object) -> list[str]:
+    """Every string inside a JSON value: the keys of its objects and its string leaves."""
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (str(k), *json_strings(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in json_strings(v)]
+    return [value] if isinstance(value, str) else []
+
+
 @pytest.fixture(scope="session")
 def mtrag_cited(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The passages MTRAG conversations cite (2,021), built as a convrag corpus folder (config all-cited-corpus)."""
-    from convrag.cli import main
-
-    out = tmp_path_factory.mktemp("built") / "mtrag"
-    assert main(["build", "mtrag", "--source", str(DATA / "mtrag"), "--config", "all-cited-corpus",
-                 "--out", str(out)]) == 0
-    return out
+    return build_mtrag(tmp_path_factory, "all-cited-corpus")
 
 
 @pytest.fixture(scope="session")

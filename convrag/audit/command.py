@@ -7,10 +7,17 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from convrag.core.errors import ConvragError, EmptyResult
+
+if TYPE_CHECKING:
+    from convrag.judging.items import AuditSet
+    from convrag.judging.missed import MissedReport
+    from convrag.judging.pooling import Pool
+    from convrag.llm import LLM
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -21,7 +28,10 @@ def run_command(args: argparse.Namespace) -> int:
     no usable verdict, the outputs are written marked incomplete and :class:`EmptyResult` names what failed.
     Every output is written under a temporary name and renamed into place once all are written; summary.json's
     ``files`` lists them, and the outputs an earlier audit into the same folder listed and this one did not write
-    are removed (nothing else in the folder is touched)."""
+    are removed (nothing else in the folder is touched). With ``--missed`` the pools are built before the first
+    judge call and each judge grades them beside the other dimensions (``run_audit``'s ``alongside``, within the one
+    ``--concurrency`` bound), so the judges never wait on the pooling nor on one batch's last calls; a pool that
+    cannot be built (a dense model that does not load) fails before any call."""
     from convrag.audit.report import cautions, coverage, empty_dimensions, heatmap, render, summarize
     from convrag.audit.runner import estimate, make_judges, parse_dimensions, run_audit, write_verdicts
     from convrag.benchmarks.recor.judges_tables import apply_profile, domain_table
@@ -72,13 +82,18 @@ def run_command(args: argparse.Namespace) -> int:
         return 0
     check_not_input(out, args.folders)
     judges = make_judges(specs, args.cache, args.concurrency)  # a judge that cannot be made leaves no --out behind
+    pools = _missed_pools(args, sets) if args.missed else [None] * len(sets)  # before any judge call (docstring)
     # one audit at a time writes --out: a second one is refused instead of colliding on the temporary files
     with locked(Path(out).expanduser().absolute(), "convrag audit"):
         identity = " + ".join(f"{s.benchmark} at {s.folder.resolve()}" for s in sets)
         claim_out(out, args.folders, "audit", identity=identity, overwrite=args.overwrite)
         progress = wanted(args.no_progress)
         runs = [run_audit(s, judges, dimensions, seed=args.seed, negatives=args.negatives, whole_pool=whole_pool,
-                          concurrency=args.concurrency, progress=progress, profile=profile) for s in sets]
+                          concurrency=args.concurrency, progress=progress, profile=profile,
+                          alongside=_missed_estimator(s, pooled, args.concurrency))
+                for s, pooled in zip(sets, pools, strict=True)]
+        missed = [(run.audit_set, pooled, report) for run, pooled in zip(runs, pools, strict=True)
+                  if pooled is not None for report in run.alongside]
         staged: dict[str, Path] = {}  # every output is written under a temporary name, then renamed into place
         try:
             n = write_verdicts(_staged(out, "verdicts.jsonl", staged), runs)
@@ -91,7 +106,7 @@ def run_command(args: argparse.Namespace) -> int:
                            llm={j.spec: j.report.to_dict() for j in judges}, coverage=cover)
             empty = empty_dimensions(cover)
             if args.missed:
-                summary["missed"] = _audit_missed(args, sets, judges, out, staged)
+                summary["missed"] = _write_missed(missed, out, staged)
                 summary["llm"] = {j.spec: j.report.to_dict() for j in judges}  # the estimate's calls included
                 empty += [f"the missed-relevant estimate {stem} ({m['candidates']} candidates: {m['failed']} failed; "
                           "calibration included, "
@@ -154,28 +169,43 @@ def _commit(out: Path, staged: dict[str, Path]) -> list[str]:
     return stale
 
 
-def _audit_missed(args: argparse.Namespace, sets: list, judges: list, out: Path,
-                  staged: dict[str, Path]) -> dict[str, Any]:
-    """The missed-relevant estimate of every folder with every judge: pool, judge, suspected qrels, rescoring
-    (files staged as in :func:`_staged`)."""
-    from convrag.core.jsonl import json_safe, write_jsonl_atomic
-    from convrag.judging.missed import estimate_missed, rescore, write_suspected_qrels
-    from convrag.judging.pooling import LLMRelevanceJudge, pool
+def _missed_pools(args: argparse.Namespace, sets: list[AuditSet]) -> list[Pool | None]:
+    """The ``--missed`` pool of every folder (``--pool-retrievers`` to depth ``--pool-depth``), in folder order."""
+    from convrag.judging.pooling import pool
 
     retrievers = [r.strip() for r in args.pool_retrievers.split(",") if r.strip()]
+    return [pool(audit_set, retrievers, k=args.pool_depth) for audit_set in sets]
+
+
+def _missed_estimator(audit_set: AuditSet, pooled: Pool | None,
+                      concurrency: int) -> Callable[[LLM], MissedReport] | None:
+    """``llm -> its missed-relevant estimate of audit_set over pooled``, ``concurrency`` calls at a time, for
+    :func:`~convrag.audit.runner.run_audit` to run beside the other dimensions' calls (None without a pool)."""
+    if pooled is None:
+        return None
+    from convrag.judging.missed import estimate_missed
+    from convrag.judging.pooling import LLMRelevanceJudge
+
+    return lambda llm: estimate_missed(audit_set, pooled, LLMRelevanceJudge(llm), concurrency=concurrency)
+
+
+def _write_missed(missed: list[tuple[AuditSet, Pool, MissedReport]], out: Path,
+                  staged: dict[str, Path]) -> dict[str, Any]:
+    """Suspected qrels, verdicts and the rescoring of every missed-relevant estimate (files staged as in
+    :func:`_staged`); returns summary.json's ``missed``, keyed ``<benchmark>-<judge>``."""
+    from convrag.core.jsonl import json_safe, write_jsonl_atomic
+    from convrag.judging.missed import rescore, write_suspected_qrels
+
     result: dict[str, Any] = {}
-    for audit_set in sets:
-        pooled = pool(audit_set, retrievers, k=args.pool_depth)
-        for llm in judges:
-            report = estimate_missed(audit_set, pooled, LLMRelevanceJudge(llm), concurrency=args.concurrency)
-            stem = f"{audit_set.benchmark}-{re.sub(r'[^A-Za-z0-9._-]+', '_', llm.spec)}"
-            lines = write_suspected_qrels(report, _staged(out, f"suspected-qrels-{stem}.trec", staged))
-            write_jsonl_atomic(_staged(out, f"missed-verdicts-{stem}.jsonl", staged),
-                               [json_safe({"benchmark": audit_set.benchmark, **v.to_dict()}) for v in report.verdicts])
-            table = rescore(audit_set, pooled, report)
-            _staged(out, f"rescored-{stem}.md", staged).write_text(table.markdown(), encoding="utf-8")
-            result[stem] = {**report.summary(), "suspected_qrels_lines": lines, "rescored": table.rows(),
-                            "kendall_tau": table.tau}
-            print(f"missed-relevant, {audit_set.benchmark}, {llm.spec}: {report.summary()['suspected']:,} suspected "
-                  f"documents; share of turns with one: {report.share_with_new}; rankings tau {table.tau}")
+    for audit_set, pooled, report in missed:
+        stem = f"{audit_set.benchmark}-{re.sub(r'[^A-Za-z0-9._-]+', '_', report.judge)}"
+        lines = write_suspected_qrels(report, _staged(out, f"suspected-qrels-{stem}.trec", staged))
+        write_jsonl_atomic(_staged(out, f"missed-verdicts-{stem}.jsonl", staged),
+                           [json_safe({"benchmark": audit_set.benchmark, **v.to_dict()}) for v in report.verdicts])
+        table = rescore(audit_set, pooled, report)
+        _staged(out, f"rescored-{stem}.md", staged).write_text(table.markdown(), encoding="utf-8")
+        result[stem] = {**report.summary(), "suspected_qrels_lines": lines, "rescored": table.rows(),
+                        "kendall_tau": table.tau}
+        print(f"missed-relevant, {audit_set.benchmark}, {report.judge}: {report.summary()['suspected']:,} suspected "
+              f"documents; share of turns with one: {report.share_with_new}; rankings tau {table.tau}")
     return result

@@ -131,15 +131,23 @@ class AuditRun:
     audit_set: AuditSet
     verdicts: list[Verdict] = field(default_factory=list)
     not_applicable: Counter[str] = field(default_factory=Counter)
+    #: what ``run_audit``'s ``alongside`` returned for each judge, in judge order (empty without it)
+    alongside: list[Any] = field(default_factory=list)
 
 
 def run_audit(audit_set: AuditSet, judges: Sequence[LLM], dimensions: Sequence[str], *, seed: int = 0,
               negatives: int = 7, concurrency: int = 4, progress: bool = True, whole_pool: bool = True,
-              profile: str = recor_judges.DEFAULT_PROFILE) -> AuditRun:
+              profile: str = recor_judges.DEFAULT_PROFILE,
+              alongside: Callable[[LLM], Any] | None = None) -> AuditRun:
     """Run every judge over every unit, the judges at the same time (each with ``concurrency`` calls in flight, so
     none waits for another's last calls); an endpoint that stays down stops the run (EndpointUnreachable): the other
     judges send no new request (their clients' ``stop`` is set) and the run ends once their calls in flight return.
-    Verdicts are kept in judge order, then unit order, whatever order the calls ended in."""
+    Verdicts are kept in judge order, then unit order, whatever order the calls ended in.
+
+    ``alongside(llm)``: more work of each judge, run at the same time as its units (``convrag audit --missed``: the
+    missed-relevant estimate), so that neither waits for the other's last calls; the judge's own bound
+    (``max_concurrency``) caps the calls in flight of both together. Its results are :attr:`AuditRun.alongside`; an
+    error in it stops the run as a unit's does."""
     units = plan(audit_set, dimensions, seed=seed, negatives=negatives, whole_pool=whole_pool, profile=profile)
     result = AuditRun(audit_set)
     bars = []
@@ -159,19 +167,28 @@ def run_audit(audit_set: AuditSet, judges: Sequence[LLM], dimensions: Sequence[s
         finally:
             bars[n].close()
 
+    def beside(work: Callable[[LLM], Any], n: int) -> Any:
+        try:
+            return work(judges[n])
+        except BaseException:
+            stop.set()
+            raise
+
     for llm in judges:
         llm.stop = stop
     try:
-        with ThreadPoolExecutor(max_workers=max(1, len(judges))) as pool:
+        with ThreadPoolExecutor(max_workers=max(1, len(judges)) * (1 if alongside is None else 2)) as pool:
             futures = [pool.submit(judge_all, n) for n in range(len(judges))]
-            wait(futures)
+            extra = [] if alongside is None else [pool.submit(beside, alongside, n) for n in range(len(judges))]
+            wait(futures + extra)
     finally:
         for llm in judges:
             llm.stop = None
-    errors = [f.exception() for f in futures if f.exception() is not None]
+    errors = [f.exception() for f in futures + extra if f.exception() is not None]
     if errors:  # the error that stopped the run, not the others' RunStopped
         raise next((e for e in errors if not isinstance(e, RunStopped)), errors[0])
     batches = [f.result() for f in futures]
+    result.alongside = [f.result() for f in extra]
     for n, (llm, done) in enumerate(zip(judges, batches, strict=True)):
         for i, unit in enumerate(units):
             if i in done.failures:  # a failure outside judge_call's own handling: counted, never scored

@@ -278,6 +278,7 @@ def cmd_evaluate_generation(args: argparse.Namespace) -> int:
     from convrag.metrics.generation.components import BertScorer
     from convrag.metrics.generation.io import read_responses
     from convrag.metrics.generation.scorer import METRICS
+    from convrag.retrievers.model_record import bertscore_record
 
     metrics = list(dict.fromkeys(m.lower() for m in split_list(args.metrics)))
     unknown = [m for m in metrics if m not in METRICS]
@@ -321,7 +322,7 @@ def cmd_evaluate_generation(args: argparse.Namespace) -> int:
         else:
             raise ConvragError(f"{source}: no such file or folder")
         scorer = BertScorer(model=args.bertscore_model, num_layers=args.bertscore_layers,
-                            rescale_with_baseline=args.rescale)  # fmt: skip
+                            rescale_with_baseline=args.rescale, record=bertscore_record(args.bertscore_model))
         result = evaluate_generation(
             tasks, judge=judges[0] if len(judges) == 1 else judges, bertscore_model=scorer, mode=args.mode,
             conditioning=args.conditioning, prompts=name_value_pairs(args.prompt, "--prompt") or None,

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy.stats import kendalltau, rankdata
 
 from convrag.core.errors import ConvragError
 from convrag.judging.items import AuditDoc, AuditItem, AuditSet
@@ -295,6 +294,8 @@ class RescoreTable:
 
     def ranking(self, which: str, measure: str) -> dict[str, int]:
         """System -> rank under ``which`` (``official`` / ``augmented``) qrels, 1 = best; ties share a rank."""
+        from scipy.stats import rankdata
+
         results = getattr(self, which)
         scores = np.array([results[s].scores[measure] for s in self.systems])
         return dict(zip(self.systems, rankdata(-scores, method="min").astype(int).tolist(), strict=True))
@@ -353,6 +354,8 @@ def rescore(audit_set: AuditSet, runs_or_retrievers: Pool | Runs | Sequence[str]
     for q, new in report.suspected.items():
         if q in augmented:
             augmented[q].update({d: augment_grade for d in new if d not in augmented[q]})
+    from scipy.stats import kendalltau  # imported here: loading scipy.stats takes about a second (audit --missed)
+
     scored = {which: {s: score_run(run, qrels, measures=list(measures)) for s, run in runs.items()}
               for which, qrels in (("official", official), ("augmented", augmented))}
     tau: dict[str, float | None] = {}

@@ -23,8 +23,9 @@ PLACEHOLDER_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 @dataclass(frozen=True)
 class ModelIdentity:
-    """``spec``: the spec as resolved (environment variable applied, options dropped); ``model``: the model's
-    name (file name for local files, model id at an HTTP endpoint); ``endpoint``: the base URL, if any;
+    """``spec``: the spec as resolved (environment variable applied, options dropped, a local model file or folder
+    replaced by its last part: never a path); ``model``: the model's name (file name for local files, model id at
+    an HTTP endpoint); ``endpoint``: the base URL, if any;
     ``placeholder``: True for the embedded SmolLM2-135M."""
 
     spec: str
@@ -54,6 +55,11 @@ def _without_credentials(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc + (f":{parts.port}" if parts.port else "")))
 
 
+def _is_local(target: str) -> bool:
+    """Whether a local backend's target is a file or folder on this machine (or written as a path), not a Hub id."""
+    return os.path.exists(os.path.expanduser(target)) or target.startswith(("/", ".", "~")) or os.path.isabs(target)
+
+
 def describe(spec: str | LLM | None = None) -> ModelIdentity:
     """The identity of ``spec`` (a spec string, an :class:`LLM`, or None for ``$CONVRAG_LLM`` / ``default``)."""
     if isinstance(spec, LLM):
@@ -76,6 +82,8 @@ def describe(spec: str | LLM | None = None) -> ModelIdentity:
         model = "fake"
     elif parsed.kind in ("hf", "transformers", "llamacpp", "gguf"):
         model = os.path.basename(parsed.target.rstrip("/")) or parsed.target
+        if parsed.target != model and _is_local(parsed.target):  # a file or folder: named by its last part
+            text = text.replace(parsed.target, model)
     else:
         model = parsed.target
     if placeholder and PLACEHOLDER_MODEL.lower() not in model.lower():

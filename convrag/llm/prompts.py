@@ -26,6 +26,13 @@ _ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False, ke
                           trim_blocks=True, lstrip_blocks=True)
 
 
+@functools.lru_cache(maxsize=256)
+def _compiled(source: str) -> jinja2.Template:
+    """The template ``source`` compiled once: compiling took about a third of a judge call's CPU time, which kept
+    fewer requests in flight than ``--concurrency`` allows."""
+    return _ENV.from_string(source)
+
+
 class PromptError(LLMError):
     """A prompt file is missing or malformed, or fields do not match its declaration."""
 
@@ -53,7 +60,7 @@ class PromptTemplate:
         out: list[Message] = []
         for role, tpl in self.templates:
             try:
-                text = _ENV.from_string(tpl).render(**ctx).strip()
+                text = _compiled(tpl).render(**ctx).strip()
             except jinja2.TemplateError as exc:
                 raise PromptError(f"prompt {self.name!r} ({self.source}): {exc}") from exc
             out.append({"role": role, "content": text})

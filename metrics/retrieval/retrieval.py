@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Hashable, Mapping, Sequence
+from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 import datasets
 import evaluate
+import numpy as np
 
 from .compute import DEFAULT_K_VALUES, measure_names, score_run
 
 # evaluate copies only the files this script imports itself (not compute.py's imports): keep inputs.py named here
-from .inputs import GroupsError, QrelsError, RetrievalInputError, RunError
+from .inputs import GroupsError, QrelsError, RetrievalInputError, RunError, _keys_are_strings
 
 _CITATION = """\
 @misc{trec_eval,
@@ -186,32 +189,65 @@ def check_form(values: Sequence[Any], column: str, form: str | None, offset: int
     return form
 
 
-def _ranking(qid: str, prediction: Sequence[Any]) -> list[str] | dict[str, float]:
-    """A list of ids stays a ranked list; {"id", "score"} items become a scored dict."""
-    if not prediction or isinstance(prediction[0], str):
-        return list(prediction)
-    scored: dict[str, float] = {}
-    for item in prediction:
-        if item.get("id") is None or item.get("score") is None:
-            raise RunError(f"query {qid!r}: every prediction needs an 'id' and a 'score', got {item!r}")
-        if item["id"] in scored:
-            raise RunError(f"query {qid!r}: document {item['id']!r} is predicted twice")
-        scored[item["id"]] = item["score"]
-    return scored
+_ID = itemgetter("id")
+_VALUE = {"predictions": itemgetter("score"), "references": itemgetter("grade")}
+_VALUE_KINDS = {"predictions": ({float, int}, "scored"), "references": ({int}, "graded")}
 
 
-def _judgments(qid: str, reference: Sequence[Any]) -> list[str] | dict[str, int]:
-    """A list of ids means grade 1; {"id", "grade"} items keep their grades."""
-    if not reference or isinstance(reference[0], str):
-        return list(reference)
-    graded: dict[str, int] = {}
-    for item in reference:
-        if item.get("id") is None or item.get("grade") is None:
-            raise QrelsError(f"query {qid!r}: every reference needs an 'id' and a 'grade', got {item!r}")
-        if item["id"] in graded:
-            raise QrelsError(f"query {qid!r}: document {item['id']!r} is judged twice")
-        graded[item["id"]] = item["grade"]
-    return graded
+def bulk_columns(values: Any, column: str, form: str | None, offset: int = 0) -> tuple[str | None, list[Any]] | None:
+    """``values`` (one list per query) checked column-wise: their one form and, per query, its list of document
+    ids or its objects as a dict ``{id: score}`` (``{id: grade}``); None when a check fails or an item is of a
+    rarer type (integer ids, numpy numbers): :func:`with_string_ids` and :func:`check_form` then walk the items to
+    convert them or to name the bad one.
+
+    A column passes when every query is a list or tuple; every item is a ``str`` (form ``ids``) or every item is a
+    ``dict`` with an ``"id"`` and a ``"score"`` (``"grade"``), the ids all ``str``, the scores all ``float`` or
+    ``int`` (the grades all ``int``) (form ``scored`` / ``graded``); and that form is ``form`` when earlier
+    batches set one. Each check is one C loop over the column (``set(map(type, ...))``, the dicts' own check of
+    keyword names), none a Python step per item; an id given twice in a query is an error naming the query."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        return None
+    if not set(map(type, values)) <= {list, tuple}:
+        return None
+    kinds = set(map(type, chain.from_iterable(values)))
+    if not kinds:
+        return form, list(values)
+    if kinds == {str}:
+        kind, per_query = "ids", list(values)
+    elif kinds == {dict}:
+        numbers_ok, kind = _VALUE_KINDS[column]
+        try:
+            per_query = as_mappings(values, column, offset)
+        except (KeyError, TypeError):  # an object without "id" or the score / grade, an unhashable id
+            return None
+        values_kinds = set(map(type, chain.from_iterable(map(dict.values, per_query))))
+        if not values_kinds <= numbers_ok or not _keys_are_strings(per_query):
+            return None
+    else:
+        return None
+    return (kind, per_query) if form in (None, kind) else None
+
+
+def as_mappings(values: Sequence[Sequence[Any]], column: str, offset: int = 0) -> list[Any]:
+    """Per query, its {"id", "score"} (``"grade"``) objects as a dict ``{id: score}``; a query of document ids
+    stays a list. A document given twice in a query is an error naming it and the query's position."""
+    getter = _VALUE[column]
+
+    def mapping(value: Any) -> Any:
+        if isinstance(value, Mapping) or not len(value) or isinstance(value[0], str):
+            return value if len(value) else {}
+        return dict(zip(map(_ID, value), map(getter, value), strict=False))  # zip is lazy: one pass over value
+
+    out = list(map(mapping, values))
+    sizes = np.fromiter(map(len, out), dtype=np.int64, count=len(out))
+    given = np.fromiter(map(len, values), dtype=np.int64, count=len(out))
+    for i in np.flatnonzero(sizes != given).tolist():
+        seen: set[str] = set()
+        twice = next(item["id"] for item in values[i] if item["id"] in seen or seen.add(item["id"]))
+        what = "predicted" if column == "predictions" else "judged"
+        raise (RunError if column == "predictions" else QrelsError)(
+            f"{column}[{i + offset}]: document {twice!r} is {what} twice")
+    return out
 
 
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
@@ -228,26 +264,67 @@ class Retrieval(evaluate.Metric):
         )
 
     def add_batch(self, *, predictions: Any = None, references: Any = None, **kwargs: Any) -> None:
-        """Check that every prediction (and every reference) uses one form, then add the batch."""
-        first = self.writer is None
+        """Check that every prediction (and every reference) uses one form, column-wise (:func:`bulk_columns`), then
+        add the batch: kept in memory in a single process (:meth:`compute` scores it without evaluate's Arrow
+        cache), written to that cache when ``num_process > 1``."""
+        if predictions is not None and references is not None and len(predictions) != len(references):
+            raise RunError(f"{len(predictions)} predictions for {len(references)} references: one of each per query")
+        checked = {"predictions": predictions, "references": references}
+        columns: dict[str, Any] = {}
+        if self.num_process == 1 and (kwargs or predictions is None or references is None):
+            raise ValueError(f"add_batch takes predictions and references (one of each per query), got "
+                             f"{sorted(k for k, v in {**checked, **kwargs}.items() if v is not None)}")  # fmt: skip
+        first = getattr(self, "_batches", None) is None
         if first:
             self._forms: dict[str, str | None] = {"predictions": None, "references": None}
             self._added = 0
-        if predictions is not None and references is not None and len(predictions) != len(references):
-            raise RunError(f"{len(predictions)} predictions for {len(references)} references: one of each per query")
-        predictions = with_string_ids(predictions, "predictions", self._added)
-        references = with_string_ids(references, "references", self._added)
-        for column, values in (("predictions", predictions), ("references", references)):
+            self._batches: list[tuple[Any, Any]] | None = []
+        try:
+            self._check_forms(checked, columns, first)
+        except RetrievalInputError:
+            if first:  # nothing was added: the next batch starts afresh, as with evaluate's own add_batch
+                self._batches = None
+            raise
+        self._added += len(predictions) if predictions is not None else 0
+        if self.num_process > 1:
+            super().add_batch(**checked, **kwargs)
+        else:
+            self._batches.append((columns["predictions"], columns["references"]))
+
+    def _check_forms(self, checked: dict[str, Any], columns: dict[str, Any], first: bool) -> None:
+        """Check each column of a batch (in bulk, else item by item to name the bad one): integer ids in
+        ``checked`` become strings, ``columns`` gets each query's ids or ``{id: value}`` dict."""
+        for column, values in checked.items():
             if values is None:
                 continue
-            form = check_form(values, column, self._forms[column], self._added)
+            bulk = bulk_columns(values, column, self._forms[column], self._added)
+            if bulk is None:
+                values = checked[column] = with_string_ids(values, column, self._added)
+                bulk = check_form(values, column, self._forms[column], self._added), values
+            form, columns[column] = bulk
             if not first and self._forms[column] is None and form not in (None, "ids"):
                 raise (RunError if column == "predictions" else QrelsError)(
                     f"{column}[{self._added}]: the first batch held only empty lists, read as document id strings; "
                     "this batch holds objects: put a non-empty query in the first batch")  # fmt: skip
             self._forms[column] = form
-        self._added += len(predictions) if predictions is not None else 0
-        super().add_batch(predictions=predictions, references=references, **kwargs)
+
+    def compute(self, *, predictions: Any = None, references: Any = None, **kwargs: Any) -> dict[str, Any] | None:
+        """Score the batches added so far and these ``predictions`` / ``references`` (see the module's inputs).
+
+        In a single process the checked batches go straight to the scoring, in memory; with ``num_process > 1``
+        evaluate's own compute gathers them from its Arrow cache first."""
+        if self.num_process > 1:
+            return super().compute(predictions=predictions, references=references, **kwargs)
+        try:
+            if predictions is not None or references is not None:
+                self.add_batch(predictions=predictions, references=references)
+            batches = getattr(self, "_batches", None)
+        finally:
+            self._batches = None  # the next add_batch or compute starts afresh, whatever happens
+        if not batches:
+            raise ValueError("nothing to score: give predictions and references to compute() or add_batch()")
+        return self._compute(list(chain.from_iterable(p for p, _ in batches)),
+                             list(chain.from_iterable(r for _, r in batches)), **kwargs)  # fmt: skip
 
     def add(self, *, prediction: Any = None, reference: Any = None, **kwargs: Any) -> None:
         """One query's prediction and reference, checked as :meth:`add_batch` does."""
@@ -270,8 +347,8 @@ class Retrieval(evaluate.Metric):
             raise RunError(f"query_ids has {len(query_ids)} ids for {len(predictions)} predictions")
         if not all(isinstance(q, str) for q in query_ids) or len(set(query_ids)) != len(query_ids):
             raise RunError("query_ids must be unique strings or integers (an integer id is its string form)")
-        run = {qid: _ranking(qid, p) for qid, p in zip(query_ids, predictions, strict=True)}
-        qrels = {qid: _judgments(qid, r) for qid, r in zip(query_ids, references, strict=True)}
+        run = dict(zip(query_ids, as_mappings(predictions, "predictions"), strict=True))
+        qrels = dict(zip(query_ids, as_mappings(references, "references"), strict=True))
         if isinstance(groups, Mapping):
             keyed = {_string_id(q, "groups", GroupsError, "query id"): label for q, label in groups.items()}
             if len(keyed) != len(groups):

@@ -23,6 +23,7 @@ q1 Q0 d1 2 0.5 bm25
 
 from __future__ import annotations
 
+import csv
 import gzip
 import math
 import numbers
@@ -32,12 +33,17 @@ import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import IO
 
+import numpy as np
+import pandas as pd
+
 from .compute import RetrievalInputError, as_trec_scores
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.+-]")
 
 PathLike = str | os.PathLike
 BEIR_HEADER = ("query-id", "corpus-id", "score")
+_RUN_COLUMNS = ["query", "q0", "doc", "rank", "score", "tag"]
+_RUN_DTYPES = {"query": "category", "doc": object, "rank": np.int64, "score": np.float64, "tag": "category"}
 
 
 class TrecFormatError(RetrievalInputError):
@@ -139,7 +145,49 @@ def _store(table: dict[str, dict], qid: str, doc: str, value: float | int, path:
 
 
 def read_run(path: PathLike) -> dict[str, dict[str, float]]:
-    """Read a TREC run file into ``{query_id: {doc_id: score}}`` (file order kept)."""
+    """Read a TREC run file into ``{query_id: {doc_id: score}}`` (queries in the order they first appear, each
+    query's documents in file order).
+
+    The file is parsed column-wise by pandas' C reader (:func:`_run_columns`) and the columns are checked in bulk;
+    when a check fails (or a field is rare, such as ``nan``, ``inf`` or a rank written ``1.0``) the file is read
+    again line by line, which gives the same result or the error naming ``file:line``."""
+    columns = _run_columns(path)
+    if columns is None:
+        return _read_run_lines(path)
+    codes, query_ids, docs, scores = columns
+    order = np.argsort(codes, kind="stable")  # rows grouped by query, file order kept within a query
+    bounds = np.searchsorted(codes[order], np.arange(len(query_ids) + 1)).tolist()
+    first_row = order[bounds[:-1]]  # each query's first line
+    docs_list, score_list = docs[order].tolist(), scores[order].tolist()
+    run: dict[str, dict[str, float]] = {}
+    for q in np.argsort(first_row, kind="stable").tolist():  # queries in the order they first appear
+        lo, hi = bounds[q], bounds[q + 1]
+        run[query_ids[q]] = dict(zip(docs_list[lo:hi], score_list[lo:hi], strict=True))
+    if sum(map(len, run.values())) != len(docs_list):  # a (query, doc) pair repeated: name its line
+        return _read_run_lines(path)
+    return run
+
+
+def _run_columns(path: PathLike) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray] | None:
+    """(query code per line, query ids, doc ids, scores) of a TREC run file read column-wise, or None when a
+    column fails its check: six whitespace-separated fields on every non-blank line, an integer rank, a finite
+    decimal score (parsed exactly as ``float()`` does). A missing file or a folder is a TrecFormatError."""
+    with _open_binary(path) as handle:
+        try:
+            frame = pd.read_csv(handle, sep=r"\s+", header=None, names=_RUN_COLUMNS, usecols=[0, 2, 3, 4, 5],
+                                dtype=_RUN_DTYPES, na_filter=False, quoting=csv.QUOTE_NONE, encoding="utf-8-sig",
+                                engine="c")  # fmt: skip
+        except (ValueError, EOFError, OSError, zlib.error):  # pandas' parse errors are ValueErrors
+            return None
+    if "" in frame["tag"].cat.categories or not np.isfinite(frame["score"].to_numpy()).all():
+        return None  # a line with fewer than six fields leaves its last ones empty
+    query = frame["query"]
+    return (query.cat.codes.to_numpy().astype(np.int64), query.cat.categories.tolist(), frame["doc"].to_numpy(),
+            frame["score"].to_numpy())  # fmt: skip
+
+
+def _read_run_lines(path: PathLike) -> dict[str, dict[str, float]]:
+    """:func:`read_run` line by line: the same result, and an error naming ``file:line`` for a bad line."""
     run: dict[str, dict[str, float]] = {}
     for line, (qid, _, doc, rank, score, _tag) in _lines(path, 6, "query_id Q0 doc_id rank score tag"):
         _integer(rank, "rank", path, line)

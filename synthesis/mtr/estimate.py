@@ -11,8 +11,13 @@ the default chunker splits it and one of its kept chunks stands for it); else st
 no agent has written yet: the questions of :data:`STAND_IN_QUESTIONS` and, as answers, consecutive pieces of the
 pool's documents of ``answer_words`` words, or without it of ``ESTIMATE_ANSWER_TOKENS`` (88) tokens, the paper's
 mean answer (87.5 tokens). Once ``converse`` has finished, the Polisher's sample is its real conversations.
-Completion tokens: the Questioner's JSON reply around a stand-in question, the Responder's stand-in answer, a
-Polisher rewrite as long as the question.
+Completion tokens: the Questioner's JSON reply around a stand-in question, the Responder's stand-in answer, the
+Polisher's stand-in rewrite (:func:`stand_in_rewrite`).
+
+The Polisher's per-call model (:func:`polish_model`) renders its real prompts as a run sends them: turn t shows turn
+1 as written and turns 2..t-1 as rewritten (each rewrite goes into the later turns' history), so the earlier
+questions it shows are stand-in rewrites, not the Questioner's questions (counting those made the estimate grow too
+fast with the turns: 25% high where the Questioner writes long questions and the rewrites are short).
 """
 
 from __future__ import annotations
@@ -47,6 +52,9 @@ DRAWS = 3
 ESTIMATE_DOC_CHARS = 2048
 #: stand-in answer length without ``answer_words``: the paper's mean answer (87.5 tokens)
 ESTIMATE_ANSWER_TOKENS = 88
+#: stand-in rewrite length: MTR-Bench's mean question after polishing (15.33 tokens, the paper's Table 2; 7 of its 8
+#: turns are rewrites), which also keeps to the Polisher's "fewer than 12 words"
+ESTIMATE_REWRITE_TOKENS = 15
 STAND_IN_QUESTIONS = (
     "What did the first settlers grow on the river plain, and why did they choose that crop?",
     "how long did the construction take in the end?",
@@ -227,20 +235,31 @@ def converse_models(converse: Converse, sample: ConversationSample, seed: int) -
     return models[0], models[1]
 
 
+def stand_in_rewrite(question: str) -> str:
+    """The Polisher's rewrite of ``question`` as the estimate counts it: its first :data:`ESTIMATE_REWRITE_TOKENS`
+    (15) tokens, or all of it when shorter (a rewrite is never much longer than the question: ``max_ratio``)."""
+    return head_tokens(question, ESTIMATE_REWRITE_TOKENS)
+
+
 def polish_model(polish: Polish, turns: Sequence[Sequence[Exchange]]) -> TurnModel:
-    """The Polisher's growth model, fitted on ``turns`` (conversations of at least two turns; turn t shows t-1)."""
+    """The Polisher's per-call model, fitted on ``turns`` (conversations of at least two turns) with the prompts a
+    run renders: turn t shows turn 1 as written and turns 2..t-1 as their stand-in rewrites (:func:`stand_in_rewrite`,
+    as the stage propagates each rewrite into the later turns' history). ``second``: the mean prompt with one
+    earlier turn; ``growth``: the mean tokens one more earlier (rewritten) turn adds, from prompts showing 1 and up to
+    ``GROWTH_TURNS`` earlier turns; ``completion``: the mean stand-in rewrite of turns 2..T."""
     polisher = Polisher(None, context_answer_chars=polish.context_chars)  # type: ignore[arg-type]
     second, growth, completion = [], [], []
     for conv in turns:
         if len(conv) < 2:
             continue
+        rewritten = [conv[0], *(Exchange(stand_in_rewrite(x.question), x.answer) for x in conv[1:])]
         h = min(GROWTH_TURNS, len(conv) - 1)
         question = conv[h].question
-        one = prompt_tokens(polisher.messages(list(conv[:1]), question))
+        one = prompt_tokens(polisher.messages(rewritten[:1], question))
         second.append(one)
-        completion += [count_tokens(x.question) for x in conv[1:]]
+        completion += [count_tokens(x.question) for x in rewritten[1:]]
         if h > 1:
-            growth.append((prompt_tokens(polisher.messages(list(conv[:h]), question)) - one) / (h - 1))
+            growth.append((prompt_tokens(polisher.messages(rewritten[:h], question)) - one) / (h - 1))
     return TurnModel(first=0.0, second=_mean(second), growth=_mean(growth), completion=_mean(completion))
 
 

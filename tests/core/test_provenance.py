@@ -18,6 +18,7 @@ import pytest
 from convrag.cli import main
 from convrag.core.manifest import read_manifest
 from convrag.core.provenance import hub_url, local_path, public_report, relative_paths
+from tests.conftest import json_strings
 from tests.hub_server import TOKEN, serve
 from tests.mtr_bench_fixture import write_fixture
 
@@ -39,18 +40,10 @@ assert main(["export", repo, "--format", "beir", "--out", "beir"]) == 0
 """
 
 
-def _strings(value: Any) -> list[str]:
-    if isinstance(value, dict):
-        return [s for k, v in value.items() for s in (str(k), *_strings(v))]
-    if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
-    return [value] if isinstance(value, str) else []
-
-
 def _no_absolute_path(path: Path, *folders: Path) -> None:
     """No string of the JSON file ``path`` is an absolute path, and none of ``folders`` appears in its text."""
     text = path.read_text(encoding="utf-8")
-    absolute = [s for s in _strings(json.loads(text)) if os.path.isabs(s)]
+    absolute = [s for s in json_strings(json.loads(text)) if os.path.isabs(s)]
     assert not absolute, absolute[:5]
     for folder in folders:
         assert str(folder) not in text and str(folder.resolve()) not in text, folder

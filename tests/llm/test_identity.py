@@ -38,3 +38,15 @@ def test_credentials_written_into_the_url_are_left_out() -> None:
     ident = describe("openai:m@https://user:tok123@gpu.example:8443/v1;timeout=9")
     assert ident.endpoint == "https://gpu.example:8443/v1" and ident.spec == "openai:m@https://gpu.example:8443/v1"
     assert "tok123" not in str(ident.to_dict())
+
+
+def test_a_local_model_is_named_by_its_file_or_folder_never_its_path(tmp_path) -> None:
+    gguf = tmp_path / "models" / "qwen2.5-7b-instruct-q4_k_m.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"GGUF")
+    ident = describe(f"llamacpp:{gguf};n_ctx=4096")
+    assert ident.to_dict()["spec"] == "llamacpp:qwen2.5-7b-instruct-q4_k_m.gguf" and ident.model == gguf.name
+    assert str(tmp_path) not in str(ident.to_dict())
+    assert describe("hf:../models/Qwen2.5-7B-Instruct").spec == "hf:Qwen2.5-7B-Instruct"
+    # a Hub id is a name already: kept whole
+    assert describe("hf:Qwen/Qwen2.5-7B-Instruct").spec == "hf:Qwen/Qwen2.5-7B-Instruct"

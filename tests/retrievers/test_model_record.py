@@ -20,7 +20,7 @@ from convrag.cli import main
 from convrag.retrievers.encoders import default_model_path
 from convrag.retrievers.model_record import model_label, model_record, system_names, weight_files
 from convrag.retrievers.shipped_models import MINILM, MINILM_PACKAGE, SPLIT_MODELS
-from tests.conftest import REPO
+from tests.conftest import REPO, json_strings
 from tests.hub_server import TOKEN, serve
 
 #: an absolute path inside a text (POSIX or Windows), after a space, quote, bracket or "="
@@ -118,14 +118,6 @@ def test_system_names_hold_no_path_and_tell_same_named_folders_apart(tmp_path):
         f"dense:{a}": f"dense:enc@{_sha256(a / 'model.safetensors')[:8]}", f"dense:{b}": f"dense:enc@{digest_b}"}
 
 
-def _strings(value: Any) -> list[str]:
-    if isinstance(value, dict):
-        return [s for k, v in value.items() for s in (str(k), *_strings(v))]
-    if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
-    return [value] if isinstance(value, str) else []
-
-
 def _no_path(text: str, where: str, *folders: Path) -> None:
     """``text`` names no folder of ``folders`` (as given or resolved), no absolute path and nothing above ``..``."""
     for folder in folders:
@@ -138,7 +130,7 @@ def _no_path(text: str, where: str, *folders: Path) -> None:
 
 def _no_path_json(path: Path, *folders: Path) -> Any:
     data = json.loads(path.read_text(encoding="utf-8"))
-    absolute = [s for s in _strings(data) if os.path.isabs(s)]
+    absolute = [s for s in json_strings(data) if os.path.isabs(s)]
     assert not absolute, (path.name, absolute[:5])
     _no_path(path.read_text(encoding="utf-8"), path.name, *folders)
     return data

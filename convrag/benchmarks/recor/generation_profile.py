@@ -83,16 +83,17 @@ def authors_bertscorer(available: Callable[[str], bool] = cached_offline) -> Any
     model is available offline; else the bundled all-MiniLM-L6-v2 (layer 6) without rescaling (bert-score ships no
     baseline for it), whose BERT-F1 is on another scale than RECOR's Table 25 (the output says so)."""
     from convrag.metrics.generation.components import BertScorer
+    from convrag.retrievers.model_record import bertscore_record
 
     if available(AUTHORS_BERTSCORE_MODEL):
         return BertScorer(model=AUTHORS_BERTSCORE_MODEL, num_layers=AUTHORS_BERTSCORE_LAYER,
-                          rescale_with_baseline=True)  # fmt: skip
-    return BertScorer()
+                          rescale_with_baseline=True, record=bertscore_record(AUTHORS_BERTSCORE_MODEL))
+    return BertScorer(record=bertscore_record(None))
 
 
 def bertscore_matches_authors(described: Mapping[str, Any]) -> bool:
     """Whether a ``BertScorer.describe()`` is the authors' setting (roberta-large, layer 17, rescaled, English)."""
-    return (described.get("path") == AUTHORS_BERTSCORE_MODEL and described.get("num_layers") == AUTHORS_BERTSCORE_LAYER
+    return (described.get("model") == AUTHORS_BERTSCORE_MODEL and described.get("num_layers") == AUTHORS_BERTSCORE_LAYER
             and bool(described.get("rescale_with_baseline")) and described.get("lang", "en") == "en")
 
 

@@ -5,6 +5,7 @@ prompt, and the one line ``evaluate-generation`` prints about scale, settings an
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from convrag.evaluation.lexical import LexicalScorer
 from convrag.llm import LLM, DiskCache, RetryPolicy
 from convrag.llm.backends.fake import FakeBackend
 from tests.benchmarks.recor.test_generation import ref, scripted, write_file
-from tests.conftest import DATA
+from tests.conftest import DATA, json_strings
 
 ITEM = JudgeItem(
     question="Does that shift have something to do with how the red and green cones balance each other?",
@@ -156,11 +157,15 @@ def test_rouge_l_is_stemmed_under_authors_only() -> None:
 
 def test_authors_bertscore_is_roberta_large_rescaled_when_cached_else_minilm() -> None:
     cached = authors_bertscorer(available=lambda model: model == "roberta-large").describe()
-    assert (cached["path"], cached["num_layers"], cached["rescale_with_baseline"]) == ("roberta-large", 17, True)
-    assert cached["baseline_path"].endswith("rescale_baseline/en/roberta-large.tsv")
+    assert (cached["model"], cached["num_layers"], cached["rescale_with_baseline"]) == ("roberta-large", 17, True)
+    assert cached["baseline"] == "bert_score/rescale_baseline/en/roberta-large.tsv"
+    assert cached["model_record"]["name"] == "roberta-large" and cached["model_record"]["source"] == "hub"
     assert bertscore_matches_authors(cached)
     offline = authors_bertscorer(available=lambda model: False).describe()
     assert "all-MiniLM-L6-v2" in offline["model"] and not offline["rescale_with_baseline"]
+    record = offline["model_record"]
+    assert record["name"] == "all-MiniLM-L6-v2" and record["version"] and record["digest"].startswith("sha256:")
+    assert not [s for s in json_strings(offline) if os.path.isabs(s) or ".." in s]
     assert not bertscore_matches_authors(offline)
 
 

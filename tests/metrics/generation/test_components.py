@@ -189,7 +189,7 @@ def test_bertscore_model_is_replaceable_and_recorded(tmp_path: Path) -> None:
     lower = BertScorer(num_layers=3)
     assert lower.describe()["num_layers"] == 3 and lower.score(*pair) != base
     other = BertScorer(str(tiny_bert(tmp_path / "tiny")))
-    assert other.describe()["num_layers"] == 2 and other.describe()["path"] == str(tmp_path / "tiny")
+    assert other.describe()["num_layers"] == 2 and other.describe()["model"] == "tiny"
     assert other.score(*pair)[1] != base[1]
 
 

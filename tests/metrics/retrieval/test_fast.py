@@ -133,3 +133,21 @@ def test_bulk_checks_name_the_query_and_document() -> None:
     odd = {"a": UserDict({np.str_("x"): np.float32(1.0), "v": True}), "b": {"y": np.int64(2)}, "c": {"z": 0.25}}
     assert score_run(odd, qrels, measures=["MRR"]).per_query == {"a": {"MRR": 1.0}, "b": {"MRR": 1.0},
                                                                  "c": {"MRR": 1.0}}  # fmt: skip
+
+
+def test_tied_scores_at_a_few_thousand_queries_equal_pytrec_eval() -> None:
+    """3,000 queries, every other one with its scores on a grid of 1/20 (about 5 documents per score, ordered by
+    doc id descending) and some with one score for all: every per-query value equals pytrec_eval's."""
+    rng = np.random.default_rng(5)
+    run: dict = {}
+    qrels: dict = {}
+    for q in range(3_000):
+        docs = [f"d{i}" for i in rng.choice(5_000, 60, replace=False).tolist()]
+        scores = rng.random(60)
+        if q % 2:
+            scores = np.round(scores * 20) / 20 if q % 10 != 1 else np.ones(60)
+        run[f"q{q}"] = dict(zip(docs, scores.tolist(), strict=True))
+        judged = docs[: int(rng.integers(1, 8))] + [f"d{i}" for i in rng.integers(0, 5_000, 3).tolist()]
+        qrels[f"q{q}"] = {d: int(g) for d, g in zip(judged, rng.integers(0, 4, len(judged)).tolist(), strict=False)}
+    result = score_run(run, qrels, measures=ALL)
+    assert check_bit_identical(run, qrels, result) == len(result.query_ids) * len(ALL) > 2_500 * len(ALL)

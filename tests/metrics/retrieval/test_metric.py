@@ -329,3 +329,27 @@ def test_evaluate_module_doctests() -> None:
 
 def test_metric_card_examples_and_front_matter() -> None:
     check_metric_card("retrieval", "evaluate")
+
+
+def test_evaluate_bulk_and_item_checks_agree(metric) -> None:
+    """The same run as plain objects (column-wise checks) and with numpy scores and integer ids (item by item)."""
+    run, qrels = random_case(5)
+    qids = [q for q in qrels if run.get(q)]
+    refs = [[{"id": d, "grade": g} for d, g in qrels[q].items()] for q in qids]
+    plain = [[{"id": d, "score": float(s)} for d, s in run[q].items()] for q in qids]
+    odd = [[{"id": int(d[1:]) if d[1:].isdigit() and d[0] == "d" else d, "score": np.float32(s)}
+            for d, s in run[q].items()] for q in qids]  # fmt: skip
+    odd_refs = [[{"id": int(i["id"][1:]) if i["id"][1:].isdigit() and i["id"][0] == "d" else i["id"],
+                  "grade": np.int64(i["grade"])} for i in r] for r in refs]  # fmt: skip
+    expected = score_run({q: run[q] for q in qids}, {q: qrels[q] for q in qids}, measures=ALL)
+    assert metric.compute(predictions=plain, references=refs, query_ids=qids, measures=ALL, per_query=True)[
+        "per_query"] == expected.per_query  # fmt: skip
+    renamed = metric.compute(predictions=odd, references=odd_refs, query_ids=qids, measures=ALL, per_query=True)
+    as_strings = score_run({q: {str(i["id"]): float(i["score"]) for i in p} for q, p in zip(qids, odd, strict=True)},
+                           {q: {str(i["id"]): int(i["grade"]) for i in r} for q, r in zip(qids, odd_refs, strict=True)},
+                           measures=ALL)  # fmt: skip
+    assert renamed["per_query"] == as_strings.per_query
+    with pytest.raises(ValueError, match=r"^predictions\[1\]: document 'a' is predicted twice$"):
+        metric.compute(predictions=[[], [{"id": "a", "score": 1.0}, {"id": "a", "score": 2.0}]],
+                       references=[["a"], ["a"]])  # fmt: skip
+    assert metric.compute(predictions=[["a"]], references=[["a"]], measures=["MRR"])["MRR"] == 1.0  # state reset

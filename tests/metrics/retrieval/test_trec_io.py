@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import pytrec_eval
 
+import convrag.metrics.retrieval.trec as trec
 from convrag.metrics.retrieval.compute import RetrievalInputError, score_run
 from convrag.metrics.retrieval.trec import (
     TrecFormatError,
@@ -136,3 +137,33 @@ def test_safe_token_gives_a_tag_and_file_name_write_run_accepts(tmp_path: Path) 
     tag = safe_token("hybrid|rewrite (0.5)")
     write_run({"q1": {"d1": 1.0}}, tmp_path / f"{tag}.trec", tag=tag)
     assert (tmp_path / f"{tag}.trec").read_text().split()[-1] == tag
+
+
+def test_column_reader_equals_the_line_reader_and_pytrec_eval(tmp_path: Path) -> None:
+    """Queries interleaved, ids pandas would read as missing or quoted, tabs and runs of spaces, CRLF, a BOM: the
+    column-wise reader gives what the line reader and pytrec_eval's parser give, in the same order."""
+    lines = ["\ufeffq2 Q0 NA 1 1.5 t", "q1 Q0 null 1 2 t", "q2\tQ0  \"x 2 -1e-3 t\r", "", "q1 Q0 # 2 0.1 t",
+             "q10 Q0 d1 1 3.0000000000000004 t", "q2 Q0 N/A 3 1e-310 t"]  # fmt: skip
+    path = tmp_path / "run.trec"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert trec._run_columns(path) is not None  # the fast path, not the fallback
+    expected = {"q2": {"NA": 1.5, '"x': -1e-3, "N/A": 1e-310}, "q1": {"null": 2.0, "#": 0.1},
+                "q10": {"d1": 3.0000000000000004}}  # fmt: skip
+    assert read_run(path) == trec._read_run_lines(path) == expected
+    assert [list(r) for r in read_run(path).values()] == [list(r) for r in expected.values()]
+    assert list(read_run(path)) == list(expected)
+
+
+@pytest.mark.parametrize("text", ["q1 Q0 d1 1 inf t\n", "q1 Q0 d1 1.0 2 t\n", "q1 Q0 d1 1 -inf t\nq1 Q0 d2 2 1 t\n"])
+def test_rare_fields_are_read_like_the_line_reader(tmp_path: Path, text: str) -> None:
+    """Infinite scores (left to the line reader) and a rank written 1.0 (an integer) are read as before."""
+    path = tmp_path / "run"
+    path.write_text(text)
+    assert (trec._run_columns(path) is None) == ("inf" in text)
+    assert read_run(path) == trec._read_run_lines(path)
+
+
+def test_empty_run_file(tmp_path: Path) -> None:
+    path = tmp_path / "run"
+    path.write_text("\n\n")
+    assert read_run(path) == {}

@@ -20,7 +20,7 @@ import pytest
 
 from convrag.cli import main
 from convrag.synthesis.engine.records import read_records
-from tests.conftest import DATA
+from tests.conftest import build_mtrag
 
 pytestmark = pytest.mark.slow
 
@@ -39,10 +39,7 @@ SMALL = ["--option", "chunk_size=1024", "--option", "max_seq_length=32", "--opti
 @pytest.fixture(scope="module")
 def clapnq_cited(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The passages MTRAG's ClapNQ conversations cite (551), as a convrag corpus folder (config clapnq-cited-corpus)."""
-    out = tmp_path_factory.mktemp("built") / "mtrag-clapnq"
-    assert main(["build", "mtrag", "--source", str(DATA / "mtrag"), "--config", "clapnq-cited-corpus",
-                 "--out", str(out)]) == 0
-    return out
+    return build_mtrag(tmp_path_factory, "clapnq-cited-corpus")
 
 
 def _cache_entries(out: Path) -> set[str]:
