@@ -42,15 +42,17 @@ def build_demo(board: dict[str, Any], sections: list[list[Any]]) -> gr.Blocks:
         for title, note, columns, cells in sections:
             gr.Markdown(f"## {title}\n{note}.")
             values = [[c[0] if isinstance(c, list) else c for c in row] for row in cells]
-            gr.Dataframe(value=values or None, headers=columns, label=title, interactive=False)
+            gr.Dataframe(value=values or None, headers=columns, label=title, interactive=False,
+                         wrap=True)  # fmt: skip  # long caveats wrap, not cut off
         gr.Markdown("## Compare two systems")
         with gr.Row():
             a = gr.Dropdown(rows, value=rows[0], label="System A")
             b = gr.Dropdown(rows, value=rows[-1], label="System B")
             measure = gr.Dropdown(board["measures"], value=board["primary"], label="Measure")
         result = gr.Markdown(compare(board, rows[0], rows[-1], board["primary"]))
-        for picker in (a, b, measure):
-            picker.change(lambda x, y, m: compare(board, x, y, m), [a, b, measure], result)
+        # one event for the three pickers: picks made while it runs are answered by one more run, with the last
+        gr.on([a.change, b.change, measure.change], lambda x, y, m: compare(board, x, y, m), [a, b, measure], result,
+              trigger_mode="always_last")  # fmt: skip
     return demo
 
 

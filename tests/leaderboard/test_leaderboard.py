@@ -23,33 +23,6 @@ from tests.conftest import DATA, REPO
 from tests.hub_server import TOKEN, serve
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Two `convrag evaluate` results folders of the RECOR sample: entry ``lexical`` (bm25, random) and ``bm25s``."""
-    root = tmp_path_factory.mktemp("leaderboard")
-    built = root / "recor"
-    assert main(["build", "recor", "--source", str(DATA / "recor" / "sample"), "--out", str(built)]) == 0
-    out = {}
-    for name, retrievers in (("lexical", "bm25,random"), ("bm25s", "bm25s")):
-        out[name] = root / name
-        argv = ["evaluate", str(built), "--retrievers", retrievers, "--strategies", "baseline,history",
-                "--bootstrap", "20", "--no-progress", "--out", str(out[name])]  # fmt: skip
-        assert main(argv) == 0
-    return out
-
-
-@pytest.fixture(scope="module")
-def board(results: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    """The local collection of both entries and its board."""
-    root = tmp_path_factory.mktemp("board")
-    for folder in results.values():
-        assert main(["leaderboard", "add", str(folder), "--collection", str(root / "collection")]) == 0
-    argv = ["leaderboard", "build", "--collection", str(root / "collection"), "--out", str(root / "board"),
-            "--bootstrap", "200"]  # fmt: skip
-    assert main(argv) == 0
-    return root / "collection", json.loads((root / "board" / "board.json").read_text(encoding="utf-8"))
-
-
 def _per_query(collection: Path) -> dict[str, dict[str, dict[str, float]]]:
     """Row ``ENTRY/SYSTEM`` -> query id -> measure -> value, read from the entries' per_query.jsonl files."""
     out: dict[str, dict[str, dict[str, float]]] = {}
@@ -199,17 +172,14 @@ def test_a_mean_aggregated_benchmark_is_the_mean_over_queries(stratrag_first30, 
     assert data["identity"]["search"] == "pool" and data["turn_positions"] == {} and data["domains"] == {}
 
 
-def test_the_board_space_shows_the_tables_and_compares_two_systems(board, tmp_path):
+def test_the_board_space_shows_the_tables_and_compares_two_systems(board, board_space):
     """The Space folder `build --space` writes: its app (gradio only) builds, and its comparison is the board's."""
     collection, data = board
-    argv = ["leaderboard", "build", "--collection", str(collection), "--out", str(tmp_path / "space"), "--bootstrap",
-            "200", "--space"]  # fmt: skip
-    assert main(argv) == 0
-    assert "sdk: gradio" in (tmp_path / "space" / "README.md").read_text(encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("board_space_app", tmp_path / "space" / "app.py")
+    assert "sdk: gradio" in (board_space / "README.md").read_text(encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("board_space_app", board_space / "app.py")
     app = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(app)
-    sections = json.loads((tmp_path / "space" / "sections.json").read_text(encoding="utf-8"))
+    sections = json.loads((board_space / "sections.json").read_text(encoding="utf-8"))
     assert [s[0] for s in sections][:3] == ["Main table", "Caveats", "Paired tests (nDCG@10)"]
     assert app.build_demo(data, sections) is not None
     a, b = "lexical/bm25|history", "bm25s/bm25s|baseline"
