@@ -3,12 +3,7 @@
 render, clicks buttons and examples, picks dropdown options, reads tables, notes and error messages from the DOM and
 saves screenshots into the test-artifacts folder (``$CONVRAG_TEST_ARTIFACTS``, default ``<basetemp>/artifacts``).
 
-A test module shares one browser::
-
-    @pytest.fixture(scope="module")
-    def browser(pytestconfig, tmp_path_factory):
-        with chromium(artifacts_folder(pytestconfig, tmp_path_factory)) as session:
-            yield session
+The ``browser`` fixture (this module is a pytest plugin of tests/conftest.py) gives each test module one session.
 """
 
 from __future__ import annotations
@@ -79,6 +74,13 @@ def artifacts_folder(config: pytest.Config, factory: pytest.TempPathFactory) -> 
         with config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():
             reporter.write_line(f"browser screenshots go to {folder} (set CONVRAG_TEST_ARTIFACTS to move them)")
     return folder
+
+
+@pytest.fixture(scope="module")
+def browser(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    """One headless Chromium for the test module's tests."""
+    with chromium(artifacts_folder(pytestconfig, tmp_path_factory)) as session:
+        yield session
 
 
 @contextmanager

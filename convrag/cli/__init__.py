@@ -10,7 +10,7 @@ import argparse
 import shlex
 import sys
 
-from convrag.cli import audit, build, embed, evaluate, generate, select, space, synthesize
+from convrag.cli import audit, build, embed, evaluate, generate, leaderboard, select, space, synthesize
 from convrag.core.errors import ConvragError, EmptyResult
 
 #: what an interrupted run leaves, per command (outputs are written whole or under temporary names and renamed)
@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_parser(sub)
     select.add_parser(sub)
     generate.add_parser(sub)
+    leaderboard.add_parser(sub)
     build.add_list_parser(sub)
     add_examples(sub.choices)
     return parser

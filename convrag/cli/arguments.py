@@ -139,6 +139,12 @@ EXAMPLES: dict[str, tuple[tuple[str, str], ...]] = {
                  ("answers from BM25's top 5 (its run goes beside them)",
                   f"convrag generate out/recor --mode retrieved --retriever bm25 --llm {_LLM} --out "
                   "answers/bm25.jsonl")),
+    "leaderboard": (
+        ("add a results folder to a collection on the Hub (it must re-score from its run files)",
+         "convrag leaderboard add results/recor/recor-evaluate --collection my-org/recor-board"),
+        ("the board's tables as board.json, board.md and index.html",
+         "convrag leaderboard build --collection my-org/recor-board --out boards/recor"),
+    ),
     "list": (("registered benchmarks and retrievers", "convrag list"),),
 }
 

@@ -6,7 +6,8 @@ written, so that a later evaluation into the same folder removes what it does no
 the folder came from, and no local path in it is absolute: see :mod:`convrag.core.provenance`; ``synthesis``, for a
 benchmark synthesized by convrag, names the models that wrote its queries: :func:`synthesis_info`; ``caveats``, the
 cautions of :mod:`convrag.evaluate.caveats`), ``results.md`` (the caveats, the tables, then every system's coverage),
-``runs/<system>.trec`` (one strategy) or ``runs/<system>__<strategy>.trec``, ``runs/qrels.trec`` (the qrels they
+``runs/<system>.trec`` (one strategy) or ``runs/<system>__<strategy>.trec`` (for retrievers and official submissions,
+not for ``--run`` files), ``runs/qrels.trec`` (the qrels they
 were scored against, with the runs' ids: trec_eval, ir_measures and ranx re-score the runs with it), official
 submission files when the profile names a submission format, and the report's plots (``turn_position.png`` for
 RECOR-shaped reports, ``per_turn.png`` for MTR-Bench-shaped ones).
@@ -195,8 +196,8 @@ def _stage(results: Mapping[str, Any], scored: Scored, out: Path, text: str, sta
     staged["results.md"].write_text(text, encoding="utf-8")
     staged.update(_plots(results, scored.profile, out, tmp))
     for (system, strategy) in scored.runs:
-        if "type" in scored.configs.get(system, {}):
-            continue  # external runs and submissions are the user's own files
+        if scored.configs.get(system, {}).get("type") == "external run":
+            continue  # the user's own run file; a submission is kept as a run, so that the results re-score
         stem = safe_token(system_name(scored, system, strategy).replace("|", "__"))
         staged[f"runs/{stem}.trec"] = out / "runs" / f"{tmp}{stem}.trec"
         write_run(merged_run(scored, system, strategy), staged[f"runs/{stem}.trec"],

@@ -143,6 +143,23 @@ def resolve_source(ref: str, revision: str | None = None) -> tuple[Path, dict[st
                     or constants.DEFAULT_REVISION, "endpoint": _endpoint()}  # fmt: skip
 
 
+def repo_snapshot(ref: str) -> Path | None:
+    """The snapshot of Hub dataset repo ``ref`` (``org/name[@revision]``) downloaded as :func:`resolve_folder` does,
+    or None when the Hub has no such repo yet (a command that writes to it creates it)."""
+    from huggingface_hub import HfApi
+
+    match = REPO_ID.match(ref)
+    if not match:
+        raise ConvragError(f"{ref}: not a Hub dataset repo id (org/name[@revision])")
+    repo = match.group("repo")
+    _check_repo_id(repo)
+    try:
+        exists = HfApi().repo_exists(repo, repo_type="dataset")
+    except _failures() as err:
+        raise ConvragError(f"cannot look up dataset repo {repo} on {_endpoint()}: {_reason(err)}") from None
+    return _download(ref, repo, match.group("revision")) if exists else None
+
+
 def source_label(folder: Path, source: dict[str, str]) -> str:
     """Where a benchmark read by :func:`resolve_source` came from, as results folders record it: ``repo_id@commit``
     for a Hub repo, else the folder's absolute path."""

@@ -15,7 +15,7 @@ import evaluate
 import pytest
 
 from convrag.metrics.retrieval.trec import read_qrels, read_run
-from tests.browser import Browser, artifacts_folder, chromium
+from tests.browser import Browser
 from tests.hub.test_spaces import (
     REPO,
     _check_isolated,
@@ -25,14 +25,6 @@ from tests.hub.test_spaces import (
     _serve,
     _serve_space,
 )
-
-
-@pytest.fixture(scope="module")
-def browser(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
-    """One headless Chromium for the module's tests."""
-    with chromium(artifacts_folder(pytestconfig, tmp_path_factory)) as session:
-        yield session
-
 
 FAST = ("retrieval", "pr_auc", "audit")  # the generation Space loads a BERTScore model: its test is slow
 

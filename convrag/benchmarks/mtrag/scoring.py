@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from convrag.benchmarks.mtrag.official import OFFICIAL_DIGITS, official_weighted
 from convrag.benchmarks.mtrag.tables import render_tables as render_tables  # re-exported: the report
 from convrag.builders.mtrag_source import COLLECTIONS, DOMAINS, normalize_domain, normalize_task_id
 from convrag.core.errors import DataError
@@ -40,7 +41,6 @@ from convrag.metrics.retrieval.trec import TrecFormatError, text_lines
 K_VALUES = (1, 3, 5, 10)
 MAX_CONTEXTS = 10
 MAX_BYTES = 20 * 2**20  # IBM's format checker reports larger files
-OFFICIAL_DIGITS = 5
 GROUP_FIELDS = ("answerability", "multi_turn", "standalone")
 UNLABELLED = "(unlabelled)"
 #: the families of the official Subtask A measures (``nDCG@k``, ``Recall@k``; ir_measures' ``R@k`` is ``Recall@k``)
@@ -153,9 +153,9 @@ def score_subtask_a(
         if not evaluated and run:
             notes.append(f"{d}: no run task has qrels; the official script would fail on this collection")
         domains[d] = row
-    weighted = [r for r in domains.values() if r["count"] and r["n_evaluated"]]
-    total = sum(r["count"] for r in weighted)
-    official_all = {m: sum(r["official"][m] * r["count"] for r in weighted) / total if total else float("nan")
+    weighted = {d: r for d, r in domains.items() if r["count"] and r["n_evaluated"]}
+    counts = {d: r["count"] for d, r in weighted.items()}
+    official_all = {m: official_weighted({d: r["official"][m] for d, r in weighted.items()}, counts)
                     for m in official}  # fmt: skip
     with_judged = [r for r in domains.values() if r["n_judged"]]
     macro = {m: _mean([r["ours"][m] for r in with_judged]) for m in names}
