@@ -1,7 +1,8 @@
 """`convrag leaderboard`: six systems (bm25, bm25s and random, each with the baseline and history strategies) evaluated
-on the shipped RECOR sample, gathered into a collection (a local folder, and a dataset repo on the loopback test Hub),
-the board built; its main table and a paired test checked against values computed here from the per-query files with
-numpy / scipy only; a results folder edited by hand, and one of another revision or qrels, refused with one line."""
+on the shipped RECOR sample, and four on MTRAG's fiqa and govt tasks (one an official submission file), gathered into
+a collection (a local folder, and a dataset repo on the loopback test Hub), the board built; its main table and a
+paired test checked against values computed here from the per-query files with numpy / scipy only; a results folder
+edited by hand, and one of another revision or qrels, refused with one line."""
 
 from __future__ import annotations
 
@@ -119,33 +120,30 @@ def test_another_revision_or_qrels_is_refused(results, tmp_path, capsys):
     _refused(capsys, ["leaderboard", "add", str(first), "--collection", collection], "entry named 'at-a' exists")
 
 
-def test_a_collection_on_the_hub_builds_the_same_board(results, board, tmp_path):
-    """Both entries pushed to a dataset repo of the loopback Hub, the board built from the repo id (subprocesses:
-    huggingface_hub reads HF_ENDPOINT at import)."""
+def _board_on_the_hub(folders: list[Path], repo: str, tmp_path: Path, *build: str) -> tuple[str, dict, str]:
+    """Each results folder added to dataset repo ``repo`` of a loopback Hub and the board built from the repo id
+    (subprocesses: huggingface_hub reads HF_ENDPOINT at import): (Hub URL, board.json, the last command's output)."""
     with serve(tmp_path / "hub") as url:
         env = {**os.environ, "HF_ENDPOINT": url, "HF_TOKEN": TOKEN, "HF_HOME": str(tmp_path / "hf"),
                "HF_HUB_OFFLINE": "0", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}  # fmt: skip
-        commands = [["add", str(folder), "--collection", "convrag-test/recor-board"] for folder in results.values()]
-        commands.append(["build", "--collection", "convrag-test/recor-board", "--out", str(tmp_path / "board"),
-                         "--bootstrap", "200", "--push", "convrag-test/recor-board-space"])  # fmt: skip
+        commands = [["add", str(folder), "--collection", repo] for folder in folders]
+        commands.append(["build", "--collection", repo, "--out", str(tmp_path / "board"), "--bootstrap", "200", *build])
         for argv in commands:
             done = subprocess.run([sys.executable, "-m", "convrag.cli", "leaderboard", *argv], env=env, cwd=REPO,
                                   capture_output=True, text=True, timeout=300)  # fmt: skip
             assert done.returncode == 0, done.stderr
-        assert f"{url}/spaces/convrag-test/recor-board-space/commit/" in done.stdout
-        space = sorted(
-            p.name for p in (tmp_path / "hub" / "spaces" / "convrag-test" / "recor-board-space" / "files").iterdir()
-        )
-        assert space == [
-            "README.md",
-            "app.py",
-            "board.json",
-            "board.md",
-            "index.html",
-            "requirements.txt",
-            "sections.json",
-        ]
-    hub_board = json.loads((tmp_path / "board" / "board.json").read_text(encoding="utf-8"))
+    return url, json.loads((tmp_path / "board" / "board.json").read_text(encoding="utf-8")), done.stdout
+
+
+def test_a_collection_on_the_hub_builds_the_same_board(results, board, tmp_path):
+    """Both entries pushed to a dataset repo of the loopback Hub, the board built from the repo id and its Space
+    pushed."""
+    url, hub_board, printed = _board_on_the_hub(list(results.values()), "convrag-test/recor-board", tmp_path,
+                                                "--push", "convrag-test/recor-board-space")  # fmt: skip
+    assert f"{url}/spaces/convrag-test/recor-board-space/commit/" in printed
+    files = tmp_path / "hub" / "spaces" / "convrag-test" / "recor-board-space" / "files"
+    space = sorted(p.name for p in files.iterdir())
+    assert space == ["README.md", "app.py", "board.json", "board.md", "index.html", "requirements.txt", "sections.json"]
     local_board = board[1]
     assert hub_board["collection"]["repo_id"] == "convrag-test/recor-board"
     assert [(r["id"], r["scores"]) for r in hub_board["rows"]] == [(r["id"], r["scores"]) for r in local_board["rows"]]
@@ -257,6 +255,12 @@ def test_mtrag_results_and_a_submission_on_the_board(tmp_path, capsys):
     (bm25,) = [r for r in data["rows"] if r["id"] == "lexical/bm25|lastturn"]
     assert bm25["scores"]["nDCG@5"]["mean"] == pytest.approx(stated["official_all"]["nDCG@5"], abs=1e-15)
     assert data["turn_positions"]["n"]["T1"] > 0 and set(data["domains"]["n"]) == {"fiqa", "govt"}
+    # the same entries gathered in a dataset repo of the loopback Hub give the same board
+    _, hub_board, _ = _board_on_the_hub([tmp_path / "lexical", tmp_path / "other"], "convrag-test/mtrag-board",
+                                        tmp_path / "on-hub")  # fmt: skip
+    assert hub_board["collection"]["repo_id"] == "convrag-test/mtrag-board"
+    assert [(r["id"], r["scores"]) for r in hub_board["rows"]] == [(r["id"], r["scores"]) for r in data["rows"]]
+    assert hub_board["paired"] == data["paired"] and hub_board["domain_table"] == data["domain_table"]
 
     a, b = "lexical/bm25|lastturn", "other/bm25s|lastturn"
     qids = sorted(per_query[a])
