@@ -182,9 +182,10 @@ def _onnx_module(folder: Path, config: Any) -> Any:
 
 
 @lru_cache(maxsize=4)
-def load_onnx_model(model: str) -> Any:
+def load_onnx_model(model: str, device: str | None = None) -> Any:
     """A ``SentenceTransformer`` of ``model`` on the CPU whose transformer runs the ONNX export (loaded once per
-    process); its tokenizer, prompts and later modules are the model's own."""
+    process); its tokenizer, prompts and later modules are the model's own. ``device``: only the CPU (``None`` or
+    ``cpu``; :func:`check_backend` refuses others before this runs)."""
     from convrag.retrievers.encoders import load_model
 
     folder = onnx_export(model)

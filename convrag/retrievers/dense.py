@@ -34,7 +34,7 @@ from convrag.core.progress import label, relabelled
 from convrag.retrievers import embed as disk
 from convrag.retrievers import embed_shards as shards
 from convrag.retrievers import faiss_index
-from convrag.retrievers.backends import backend_record, check_backend
+from convrag.retrievers.backends import backend_record, check_backend, load_onnx_model
 from convrag.retrievers.base import Retriever, ranked_order
 from convrag.retrievers.encoders import default_model_path, pooled_model, pooling_mode
 from convrag.retrievers.model_record import model_record
@@ -174,7 +174,8 @@ class DenseRetriever(Retriever):
     @property
     def model(self) -> Any:
         """The ``SentenceTransformer`` that encodes (the shared loaded model, or its re-pooled copy)."""
-        return pooled_model(self.model_name, self.device, self.pooling, self.backend)
+        loader = load_onnx_model if self.backend == "onnx" else None
+        return pooled_model(self.model_name, self.device, self.pooling, loader)
 
     # ----------------------------------------------------------------- encoding settings
     def pooling_used(self) -> str:

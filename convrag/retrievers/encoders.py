@@ -4,6 +4,7 @@ pooling (its Transformer shared, a new ``Pooling`` module, the modules after poo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -51,16 +52,13 @@ def pooling_mode(model: Any) -> str:
 
 
 @lru_cache(maxsize=8)
-def pooled_model(model: str, device: str | None = None, pooling: str | None = None, backend: str = "torch") -> Any:
-    """``load_model(model, device)`` (``backend="onnx"``: :func:`~convrag.retrievers.backends.load_onnx_model`, on
-    the CPU), or (``pooling`` set and different) a model sharing its modules but with a new
-    ``Pooling(dim, pooling_mode=pooling)`` in place of its own; the modules after pooling are kept."""
-    if backend == "torch":
-        base = load_model(model, device)
-    else:
-        from convrag.retrievers.backends import load_onnx_model
-
-        base = load_onnx_model(model)
+def pooled_model(model: str, device: str | None = None, pooling: str | None = None,
+                 loader: Callable[[str, str | None], Any] | None = None) -> Any:
+    """``loader(model, device)`` (default :func:`load_model`, the torch backend; the ONNX backend passes
+    :func:`~convrag.retrievers.backends.load_onnx_model`), or (``pooling`` set and different) a model sharing its
+    modules but with a new ``Pooling(dim, pooling_mode=pooling)`` in place of its own; the modules after pooling are
+    kept."""
+    base = (loader or load_model)(model, device)
     if pooling is None or pooling == pooling_mode(base):
         return base
     from sentence_transformers import SentenceTransformer
