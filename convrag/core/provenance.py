@@ -106,3 +106,10 @@ def public_report(value: Any, source: Any) -> Any:
 def is_url(path: str) -> bool:
     """True for http(s)/hf/s3-style URLs, False for local paths."""
     return "://" in path
+
+
+def is_path(model: str) -> bool:
+    """Whether a model given as ``model`` names a local file or folder (it exists, or is written as a path), not a
+    Hub id."""
+    return (Path(model).expanduser().exists() or model.startswith(("/", ".", "~")) or os.path.isabs(model)
+            or (os.sep != "/" and os.sep in model))  # fmt: skip

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from convrag.core.provenance import is_path
 from convrag.llm.client import LLM
 from convrag.llm.spec import PLACEHOLDER_MODEL, SPEC_ENV, is_placeholder, parse_spec
 from convrag.llm.types import LLMError
@@ -55,11 +56,6 @@ def _without_credentials(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc + (f":{parts.port}" if parts.port else "")))
 
 
-def _is_local(target: str) -> bool:
-    """Whether a local backend's target is a file or folder on this machine (or written as a path), not a Hub id."""
-    return os.path.exists(os.path.expanduser(target)) or target.startswith(("/", ".", "~")) or os.path.isabs(target)
-
-
 def describe(spec: str | LLM | None = None) -> ModelIdentity:
     """The identity of ``spec`` (a spec string, an :class:`LLM`, or None for ``$CONVRAG_LLM`` / ``default``)."""
     if isinstance(spec, LLM):
@@ -82,7 +78,7 @@ def describe(spec: str | LLM | None = None) -> ModelIdentity:
         model = "fake"
     elif parsed.kind in ("hf", "transformers", "llamacpp", "gguf"):
         model = os.path.basename(parsed.target.rstrip("/")) or parsed.target
-        if parsed.target != model and _is_local(parsed.target):  # a file or folder: named by its last part
+        if parsed.target != model and is_path(parsed.target):  # a file or folder: named by its last part
             text = text.replace(parsed.target, model)
     else:
         model = parsed.target

@@ -35,6 +35,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from convrag.core.provenance import is_path
 from convrag.retrievers.shipped_models import MINILM, MINILM_PACKAGE, SPLIT_MODELS, models_home
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -190,12 +191,6 @@ def _cached_hub_folder(model: str) -> tuple[str, Path] | None:
         except Exception:  # not in the local Hugging Face cache, or not a valid repo id
             continue
     return None
-
-
-def is_path(model: str) -> bool:
-    """Whether ``model`` names a local file or folder (it exists, or is written as a path), not a Hub id."""
-    return (Path(model).expanduser().exists() or model.startswith(("/", ".", "~")) or os.path.isabs(model)
-            or (os.sep != "/" and os.sep in model))  # fmt: skip
 
 
 def folder_name(model: str) -> str:
