@@ -12,7 +12,7 @@ Definitions:
   the sha256 of the qrels file. Entries of a collection share one identity.
 * **re-scores**: every per-query score in ``results.json`` equals what the retrieval metric
   (:func:`convrag.metrics.retrieval.compute.score_run`) computes from the system's run file and the qrels file
-  (within 1e-12), and every system's summary means equal the means of those per-query scores (relative 1e-9).
+  and every system's summary means equal the means of those per-query scores (:mod:`convrag.leaderboard.rescore`).
   MTRAG / MTRAG-UN results (``mtrag-official``) are re-scored by Subtask A's scoring, official rows included
   (:mod:`convrag.leaderboard.mtrag`).
 """
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from convrag.benchmarks.recor.tables import domain_means, macro_mean
 from convrag.core.errors import ConvragError
 from convrag.leaderboard.mtrag import PRIMARY as MTRAG_PRIMARY
 from convrag.leaderboard.mtrag import check_mtrag, mtrag_systems
+from convrag.leaderboard.rescore import check_per_query, same_summary
 from convrag.metrics.retrieval.compute import score_run
 from convrag.metrics.retrieval.trec import read_qrels, read_run, safe_token
 
@@ -40,8 +40,6 @@ SUPPORTED = ("mean", "domain-macro", "mtrag-official")
 #: the fields of a benchmark identity, in the order they are compared
 IDENTITY_FIELDS = ("benchmark", "repo_id", "revision", "split", "corpus", "search", "qrels_sha256")
 QRELS = "runs/qrels.trec"
-_ABS_TOL = 1e-12
-_REL_TOL = 1e-9
 
 
 @dataclass(frozen=True)
@@ -150,15 +148,9 @@ def check_rescores(entry: Entry) -> None:
         run_file = entry.systems[name]["run"]
         rescored = score_run(read_run(entry.folder / run_file), {q: qrels.get(q, {}) for q in per_query},
                              measures=entry.measures).per_query  # fmt: skip
-        for qid, row in per_query.items():
-            for m in entry.measures:
-                again = rescored.get(qid, {}).get(m)
-                if again is None or not math.isclose(row.get(m, math.nan), again, rel_tol=0, abs_tol=_ABS_TOL):
-                    raise ConvragError(f"{entry.folder}: {name} {m} of query {qid} is {row.get(m)} in results.json "
-                                       f"but {again} re-scored from {run_file}: a results folder that does not "
-                                       "re-score from its runs (edited by hand?) is not added")  # fmt: skip
+        check_per_query(entry.folder, name, run_file, per_query, rescored, entry.measures)
         for m, (stated, mean) in _summaries(entry, name).items():
-            if not math.isclose(stated, mean, rel_tol=_REL_TOL, abs_tol=_ABS_TOL):
+            if not same_summary(stated, mean):
                 raise ConvragError(f"{entry.folder}: {name} {m} is {stated} in results.json but its per-query scores "
                                    f"average to {mean}: a results folder edited by hand is not added")  # fmt: skip
 

@@ -12,8 +12,8 @@ Definitions:
 * **turns**: task id -> {domain, turn}; the turn is the number after the task id's ``<::>``.
 * **re-scores**: Subtask A's scoring (:func:`convrag.benchmarks.mtrag.scoring.score_subtask_a`) of the run file,
   split by domain as the submission file files its tasks, against ``runs/qrels.trec`` split the same way, gives
-  every per-query score of ``results.json`` (within 1e-12) and its official per-domain and "all" rows (relative
-  1e-9).
+  every per-query score of ``results.json`` and its official per-domain and "all" rows
+  (:mod:`convrag.leaderboard.rescore`).
 """
 
 from __future__ import annotations
@@ -24,12 +24,11 @@ from typing import Any
 
 from convrag.benchmarks.mtrag.scoring import read_submission, score_subtask_a, split_measures
 from convrag.core.errors import ConvragError
+from convrag.leaderboard.rescore import check_per_query, same_summary
 from convrag.metrics.retrieval.trec import read_qrels, read_run, safe_token
 
 #: the measure a board of MTRAG results is ranked by, when the results have it
 PRIMARY = "nDCG@5"
-_ABS_TOL = 1e-12
-_REL_TOL = 1e-9
 Scores = dict[str, dict[str, dict[str, float]]]
 
 
@@ -83,18 +82,12 @@ def check_mtrag(folder: Path, results: dict[str, Any], measures: list[str], syst
         filed = read_submission(folder / record["submission"]).runs
         runs = {d: {q: run.get(q, {}) for q in tasks} for d, tasks in filed.items()}
         again = score_subtask_a(runs, qrels, None, ks, extra)
-        for qid, row in result["per_query"].items():
-            for m in measures:
-                value = again.per_query.get(qid, {}).get(m)
-                if value is None or not math.isclose(row.get(m, math.nan), value, rel_tol=0, abs_tol=_ABS_TOL):
-                    raise ConvragError(f"{folder}: {name} {m} of query {qid} is {row.get(m)} in results.json but "
-                                       f"{value} re-scored from {record['run']}: a results folder that does not "
-                                       "re-score from its runs (edited by hand?) is not added")  # fmt: skip
+        check_per_query(folder, name, record["run"], result["per_query"], again.per_query, measures)
         stated = {"all": result["official_all"], **{d: r["official"] for d, r in result["domains"].items()}}
         computed = {"all": again.official_all, **{d: r["official"] for d, r in again.domains.items()}}
         for row, values in stated.items():
             for m, value in values.items():
-                if not math.isclose(value, computed.get(row, {}).get(m, math.nan), rel_tol=_REL_TOL, abs_tol=_ABS_TOL):
+                if not same_summary(value, computed.get(row, {}).get(m, math.nan)):
                     raise ConvragError(f"{folder}: {name} official {m} ({row}) is {value} in results.json but "
                                        f"{computed.get(row, {}).get(m)} re-scored from {record['run']}: a results "
                                        "folder edited by hand is not added")  # fmt: skip
