@@ -40,7 +40,6 @@ import re
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import chain
 from operator import gt
 from typing import Any
 
@@ -58,6 +57,7 @@ from .inputs import (
     as_trec_scores,
     read_qrels,
     read_run,
+    segment_doc_ids,
 )
 
 __all__ = [
@@ -77,7 +77,7 @@ MACRO = "macro"
 """Key of the macro-average over groups in ``RetrievalResult.to_dict()``."""
 
 _NAME = re.compile(r"^(?P<family>[A-Za-z_]+)(?:@(?P<k>[0-9]+))?$")
-_PAIR_CHUNK = 4_000_000  # comparisons per block when breaking ties between documents
+_CELLS = 4_000_000  # scores per block when comparing relevant documents with their rankings
 
 
 def parse_measure(name: str) -> tuple[str, int | None]:
@@ -213,79 +213,72 @@ def score_run(run: Mapping[str, Ranking], qrels: Mapping[str, Judgments],
     return result
 
 
-def _order_bits(scores: np.ndarray) -> np.ndarray:
-    """32-bit float scores as uint32 in the same order (``-0.0`` and ``0.0`` alike): a negative float's magnitude
-    bits are flipped, then the sign bit, so that unsigned comparison follows float comparison."""
-    bits = (scores + np.float32(0)).view(np.int32)  # adding 0 turns -0.0 into 0.0
-    flip = bits >> 31  # -1 for negative floats, else 0
-    flip &= np.int32(0x7FFFFFFF)
-    bits ^= flip
-    bits ^= np.int32(-(2**31))
-    return bits.view(np.uint32)
-
-
-def _sort_keys(segment: np.ndarray, scores: np.ndarray) -> np.ndarray:
-    """uint64 keys ordered by segment, then by 32-bit score: the segment in the high 32 bits."""
-    keys = segment.astype(np.uint64)
-    keys <<= np.uint64(32)
-    keys |= _order_bits(scores)
-    return keys
-
-
 def _relevant_ranks(retrieved: Retrieved, rel_docs: list[str]) -> np.ndarray:
     """0-based rank of every relevant document in its query's ranking (inf when not retrieved).
 
     In a scored ranking, trec_eval's order is score descending, then doc id descending. The rank of a relevant
-    document is the number of documents of its ranking with a higher 32-bit score, found for all queries at once
-    by one sort of the keys (segment, score) and a binary search per relevant document, plus the documents that
-    tie with its score and have a greater doc id: :func:`_count_ahead`, for the relevant documents whose key is
-    not unique only, again for all queries at once.
-    """
+    document is the number of documents of its ranking with a higher 32-bit score plus those that tie with its
+    score and have a greater doc id. Both counts come from comparing the relevant document's score with its
+    ranking's scores, for all relevant documents at once (:func:`_compare_rows`); doc ids are read only for
+    rankings where a relevant document ties with another, and compared only for the tied pairs. Every doc id of
+    every scored ranking is checked to be a string (:func:`segment_doc_ids`)."""
     r = retrieved
     ranks = np.full(len(rel_docs), np.inf)
     ranks[r.listed] = r.listed_rank
-    if not r.found.size:
-        return ranks
-    sizes = np.diff(r.bounds)
-    keys = _sort_keys(np.repeat(np.arange(sizes.size), sizes), r.flat)
-    keys.sort()
-    own = _sort_keys(r.found_seg, r.found_score)
-    above = np.searchsorted(keys, own, side="right")
-    ahead = r.bounds[r.found_seg + 1] - above
-    tied = np.flatnonzero(above - np.searchsorted(keys, own, side="left") > 1)
-    if tied.size:
-        segs, which = np.unique(r.found_seg[tied], return_inverse=True)
-        lengths = sizes[segs]
-        starts = np.cumsum(lengths) - lengths
-        positions = np.arange(int(lengths.sum())) + np.repeat(r.bounds[segs] - starts, lengths)
-        docs = list(chain.from_iterable(map(r.rankings.__getitem__, segs.tolist())))
-        own_doc = list(map(rel_docs.__getitem__, r.found[tied].tolist()))
-        ahead[tied] += _count_ahead(r.flat[positions], docs, starts[which], lengths[which], r.found_score[tied],
-                                    own_doc)  # fmt: skip
+    ahead, pair_found, pair_pos = _compare_rows(r.flat, r.bounds, r.found_seg, r.found_score)
+    segs = np.unique(r.found_seg[pair_found])
+    docs = segment_doc_ids(r, segs.tolist())
+    if pair_found.size:
+        lengths = np.diff(r.bounds)[segs]
+        start_in_docs = np.cumsum(lengths) - lengths  # where each wanted segment starts in ``docs``
+        seg = r.found_seg[pair_found]
+        at = pair_pos - r.bounds[seg] + start_in_docs[np.searchsorted(segs, seg)]
+        theirs = map(docs.__getitem__, at.tolist())
+        mine = map(rel_docs.__getitem__, r.found[pair_found].tolist())
+        later = np.fromiter(map(gt, theirs, mine), dtype=bool, count=pair_found.size)
+        ahead += np.bincount(pair_found[later], minlength=ahead.size)
     ranks[r.found] = ahead
     return ranks
 
 
-def _count_ahead(flat: np.ndarray, docs: list[str], seg_start: np.ndarray, seg_len: np.ndarray,
-                 own: np.ndarray, own_doc: list[str]) -> np.ndarray:
-    """For each (segment, score, doc): documents of the segment (``flat`` scores and ``docs`` laid end to end)
-    that tie with the 32-bit ``score`` and have a greater doc id (plain string comparison); the scores are
-    compared in blocks of about ``_PAIR_CHUNK`` pairs, the doc ids of the tied pairs only."""
-    ahead = np.zeros(len(own), dtype=np.int64)
-    ends = np.cumsum(seg_len)
-    cuts = np.unique(np.concatenate([[0], np.searchsorted(ends, np.arange(_PAIR_CHUNK, ends[-1], _PAIR_CHUNK)),
-                                     [len(own)]]))  # fmt: skip
-    for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
-        lengths = seg_len[lo:hi]
-        owner = np.repeat(np.arange(hi - lo), lengths)
-        offsets = np.arange(owner.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        position = np.repeat(seg_start[lo:hi], lengths) + offsets
-        tied = np.flatnonzero(flat[position] == own[lo:hi][owner])  # each document ties with itself too
-        theirs = map(docs.__getitem__, position[tied].tolist())
-        mine = map(own_doc.__getitem__, (owner[tied] + lo).tolist())
-        later = np.fromiter(map(gt, theirs, mine), dtype=bool, count=tied.size)
-        ahead[lo:hi] += np.bincount(owner[tied][later], minlength=hi - lo)
-    return ahead
+def _compare_rows(flat: np.ndarray, bounds: np.ndarray, seg: np.ndarray,
+                  own: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For each (segment ``seg[i]``, 32-bit score ``own[i]``): how many scores of the segment (``flat`` between
+    ``bounds[s]`` and ``bounds[s + 1]``) are higher, and the pairs (i, position in ``flat``) of the other scores
+    that equal it, when it has any.
+
+    Segments are compared as rows of a matrix: ``flat`` reshaped when every segment has the same length, else
+    gathered (padded with NaN, which equals nothing) in blocks of about ``_CELLS`` cells of rows of similar
+    length (lengths in one power-of-two bucket, so padding at most doubles a block)."""
+    sizes = np.diff(bounds)
+    ahead = np.zeros(seg.size, dtype=np.int64)
+    pairs_i: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+    pairs_pos: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+    if not seg.size:
+        return ahead, pairs_i[0], pairs_pos[0]
+    uniform = bool((sizes == sizes[0]).all())
+    lengths = sizes[seg]
+    bucket = np.ceil(np.log2(lengths)).astype(np.int64)
+    for b in np.unique(bucket).tolist():
+        members = np.flatnonzero(bucket == b)
+        width = int(lengths[members].max())
+        step = max(1, _CELLS // width)
+        for lo in range(0, members.size, step):
+            rows = members[lo:lo + step]
+            if uniform:
+                block = flat.reshape(-1, width)[seg[rows]]
+            else:
+                columns = np.arange(width)
+                positions = bounds[seg[rows], None] + columns
+                block = np.where(columns < lengths[rows, None], flat[np.minimum(positions, flat.size - 1)], np.nan)
+            mine = own[rows, None]
+            ahead[rows] = np.count_nonzero(block > mine, axis=1)
+            equal = block == mine
+            tied = np.flatnonzero(np.count_nonzero(equal, axis=1) > 1)  # each document ties with itself
+            which, column = np.nonzero(equal[tied])
+            pairs_i.append(rows[tied][which])
+            pairs_pos.append(bounds[seg[rows[tied][which]]] + column)
+    return ahead, np.concatenate(pairs_i), np.concatenate(pairs_pos)
 
 
 def _measure_values(parsed: list[tuple[str, int | None]], n_queries: int, rel_query: np.ndarray,

@@ -63,7 +63,8 @@ class Retrieved:
     """The run, flattened for the scored queries.
 
     Scored rankings (``{doc: score}``) are segments of ``flat`` (their scores as 32-bit floats, in the
-    mapping's order) between ``bounds[i]`` and ``bounds[i + 1]``; ``rankings[i]`` is segment ``i``'s mapping.
+    mapping's order) between ``bounds[i]`` and ``bounds[i + 1]``; ``rankings[i]`` is segment ``i``'s mapping and
+    ``seg_qids[i]`` its query. Their doc ids are not checked yet: :func:`segment_doc_ids` does it.
     ``found`` (indices into the relevant documents), ``found_seg`` and ``found_score`` (32-bit) list the
     relevant documents present in a scored ranking. ``listed`` / ``listed_rank`` give the 0-based rank of the
     relevant documents present in a ranked list. ``missing``: scored queries with no or an empty ranking.
@@ -72,6 +73,7 @@ class Retrieved:
     flat: np.ndarray
     bounds: np.ndarray
     rankings: list[Mapping[str, Any]]
+    seg_qids: list[str]
     found: np.ndarray
     found_seg: np.ndarray
     found_score: np.ndarray
@@ -144,33 +146,36 @@ def read_qrels(qrels: Mapping[str, Judgments]) -> Judged:
         bad = qids[_first(qids, _not_str)]
         raise QrelsError(f"qrels: query id must be a string, got {bad!r} ({type(bad).__name__})")
     parts: list[Judgments] = list(qrels.values())
-    for qid, judged in zip(qids, parts, strict=True):
-        if type(judged) is dict or isinstance(judged, Mapping):
-            continue
-        if not isinstance(judged, (list, tuple)):
-            raise QrelsError(f"query {qid!r}: judgments must be a dict of doc id to grade or a list of doc ids, "
-                             f"got {type(judged).__name__}")  # fmt: skip
-        if len(set(judged)) != len(judged):
-            raise QrelsError(f"query {qid!r}: a relevant document is listed twice in the qrels")
+    all_dicts = set(map(type, parts)) <= {dict}
+    if not all_dicts:
+        for qid, judged in zip(qids, parts, strict=True):
+            if isinstance(judged, Mapping):
+                continue
+            if not isinstance(judged, (list, tuple)):
+                raise QrelsError(f"query {qid!r}: judgments must be a dict of doc id to grade or a list of doc ids, "
+                                 f"got {type(judged).__name__}")  # fmt: skip
+            if len(set(judged)) != len(judged):
+                raise QrelsError(f"query {qid!r}: a relevant document is listed twice in the qrels")
     sizes = list(map(len, parts))
     docs = list(chain.from_iterable(parts))
-    if not _all_str(docs):
+    if not (_keys_are_strings(parts) if all_dicts else _all_str(docs)):
         position = _first(docs, _not_str)
         bad = docs[position]
         raise QrelsError(f"qrels of query {qids[_locate(sizes, position)[0]]!r}: doc id must be a string, got "
                          f"{bad!r} ({type(bad).__name__})")  # fmt: skip
     # one grade per judged document, a listed one being grade 1 (views made one at a time: no work for the GC)
-    grades = list(chain.from_iterable(map(_grades, parts)))
+    grades = list(chain.from_iterable(map(dict.values, parts) if all_dicts else map(_grades, parts)))
     if not set(map(type, grades)) <= {int}:
         owners = np.repeat(np.arange(len(qids)), sizes).tolist()
         grades = [g if type(g) is int else _grade(g, qids[q], d) for g, q, d in zip(grades, owners, docs, strict=True)]
-    positive = [g > 0 for g in grades]
-    query_of = np.repeat(np.arange(len(qids)), sizes)[np.asarray(positive, dtype=bool)]
+    grade = np.array(grades, dtype=np.float64)
+    positive = grade > 0
+    query_of = np.repeat(np.arange(len(qids)), sizes)[positive]
     has = np.bincount(query_of, minlength=len(qids)) > 0
     renumber = np.cumsum(has) - 1
     return Judged(query_ids=list(compress(qids, has.tolist())), excluded=list(compress(qids, (~has).tolist())),
-                  rel_query=renumber[query_of].astype(np.int64), rel_docs=list(compress(docs, positive)),
-                  rel_grade=np.asarray(list(compress(grades, positive)), dtype=np.float64))  # fmt: skip
+                  rel_query=renumber[query_of].astype(np.int64), rel_docs=list(compress(docs, positive.tolist())),
+                  rel_grade=grade[positive])  # fmt: skip
 
 
 def read_run(run: Mapping[str, Ranking], judged: Judged) -> Retrieved:
@@ -184,23 +189,26 @@ def read_run(run: Mapping[str, Ranking], judged: Judged) -> Retrieved:
     lists: list[Sequence[str]] = []
     list_rows: list[int] = []
     empty: dict[str, Any] = {}
-    for qi, qid in enumerate(query_ids):
-        ranking = run.get(qid)
-        if type(ranking) is dict or isinstance(ranking, Mapping):
+    given = list(map(run.get, query_ids))
+    if set(map(type, given)) == {dict} and min(map(len, given)) > 0:  # the common case: a scored ranking each
+        rankings, seg_qids, scored_of = given, list(query_ids), given
+    else:
+        for qi, (qid, ranking) in enumerate(zip(query_ids, given, strict=True)):
+            if type(ranking) is dict or isinstance(ranking, Mapping):
+                if ranking:
+                    rankings.append(ranking)
+                    seg_qids.append(qid)
+                    scored_of.append(ranking)
+                    continue
+            elif ranking is not None and not isinstance(ranking, (list, tuple)):
+                raise RunError(f"query {qid!r}: ranking must be a dict of doc id to score or a list of doc ids, "
+                               f"got {type(ranking).__name__}")  # fmt: skip
+            scored_of.append(empty)
             if ranking:
-                rankings.append(ranking)
-                seg_qids.append(qid)
-                scored_of.append(ranking)
-                continue
-        elif ranking is not None and not isinstance(ranking, (list, tuple)):
-            raise RunError(f"query {qid!r}: ranking must be a dict of doc id to score or a list of doc ids, "
-                           f"got {type(ranking).__name__}")  # fmt: skip
-        scored_of.append(empty)
-        if ranking:
-            lists.append(ranking)
-            list_rows.append(qi)
-        else:
-            missing.append(qid)
+                lists.append(ranking)
+                list_rows.append(qi)
+            else:
+                missing.append(qid)
     spans = [range(starts[qi], starts[qi + 1]) for qi in list_rows]
     listed, listed_rank = _listed_ranks(lists, [query_ids[qi] for qi in list_rows], spans, rel_docs)
     sizes = list(map(len, rankings))
@@ -213,8 +221,8 @@ def read_run(run: Mapping[str, Ranking], judged: Judged) -> Retrieved:
     found = np.flatnonzero(~np.isnan(looked_up))
     found_score = as_trec_scores(looked_up[found])
     return Retrieved(flat=flat, bounds=np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]), rankings=rankings,
-                     found=found, found_seg=seg_of_query[judged.rel_query[found]], found_score=found_score,
-                     listed=listed, listed_rank=listed_rank, missing=missing)  # fmt: skip
+                     seg_qids=seg_qids, found=found, found_seg=seg_of_query[judged.rel_query[found]],
+                     found_score=found_score, listed=listed, listed_rank=listed_rank, missing=missing)  # fmt: skip
 
 
 def _listed_ranks(lists: list[Sequence[str]], qids: list[str], spans: list[range],
@@ -254,26 +262,45 @@ def _score_problem(value: Any) -> str | None:
 
 
 def _scores(rankings: list[Mapping[str, Any]], seg_qids: list[str], sizes: list[int]) -> np.ndarray:
-    """All scores of the scored rankings as 32-bit floats; RunError naming the query for non-string doc ids and
-    for scores that :func:`_score_problem` rejects."""
-
-    def values() -> Iterable[Any]:
-        return chain.from_iterable(r.values() for r in rankings)
-
-    if not _keys_are_strings(rankings):
-        seg, offset = _locate(sizes, _first(chain.from_iterable(rankings), _not_str))
-        bad = list(rankings[seg])[offset]
-        raise RunError(f"query {seg_qids[seg]!r}: doc id must be a string, got {bad!r} ({type(bad).__name__})")
+    """All scores of the scored rankings as 32-bit floats; RunError naming the query and document for a score that
+    :func:`_score_problem` rejects."""
+    views = map(dict.values, rankings) if set(map(type, rankings)) <= {dict} else (r.values() for r in rankings)
+    values = list(chain.from_iterable(views))  # array("d") reads a list faster than an iterator
 
     def fail() -> RunError:
-        seg, offset = _locate(sizes, _first(values(), _score_problem))
+        seg, offset = _locate(sizes, _first(values, _score_problem))
         doc, value = list(rankings[seg].items())[offset]
         return RunError(f"query {seg_qids[seg]!r}: score of document {doc!r} {_score_problem(value)}")
 
     try:  # array("d") takes numbers only (a str, bytes or None is a TypeError), in one C loop
-        flat = np.frombuffer(array("d", values()), dtype=np.float64)
+        flat = np.frombuffer(array("d", values), dtype=np.float64)
     except (TypeError, OverflowError):
         raise fail() from None
     if np.isnan(flat).any():
         raise fail()
     return as_trec_scores(flat)
+
+
+def segment_doc_ids(retrieved: Retrieved, wanted: Sequence[int]) -> list[str]:
+    """Check that every doc id of every scored ranking is a string (RunError naming the query and the first bad id
+    otherwise) and return the doc ids of the segments ``wanted`` (increasing) laid end to end, each segment's in
+    its ranking's order.
+
+    Each ranking is checked by ``SimpleNamespace(**ranking)`` (see the module docstring) and a wanted one listed
+    right after, while its ids are still in the CPU's cache."""
+    rankings = retrieved.rankings
+    keep = np.zeros(len(rankings), dtype=bool)
+    keep[np.asarray(wanted, dtype=np.int64)] = True
+    out: list[str] = []
+    try:
+        for ranking, kept in zip(rankings, keep.tolist(), strict=True):
+            SimpleNamespace(**ranking)
+            if kept:
+                out.extend(ranking)
+    except TypeError:
+        sizes = list(map(len, rankings))
+        seg, offset = _locate(sizes, _first(chain.from_iterable(rankings), _not_str))
+        bad = list(rankings[seg])[offset]
+        raise RunError(f"query {retrieved.seg_qids[seg]!r}: doc id must be a string, got {bad!r} "
+                       f"({type(bad).__name__})") from None  # fmt: skip
+    return out

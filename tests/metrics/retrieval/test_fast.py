@@ -85,15 +85,19 @@ def test_equals_pytrec_eval_to_the_bit(seed: int) -> None:
     assert compared == len(result.query_ids) * len(ALL) > 10_000
 
 
-def test_tie_blocks_and_ranked_lists_give_the_same_bits(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ties counted in blocks of 5 comparisons, and the run as ranked lists in trec_eval order, change no bit."""
+def test_blocks_and_ranked_lists_give_the_same_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rankings compared one per block, and the run as ranked lists in trec_eval order, change no bit; rankings
+    all of one length (compared as a reshaped matrix) equal pytrec_eval too."""
     run, qrels = random_case(11)
     expected = score_run(run, qrels, measures=ALL).values
     ordered = {q: [d for _, d in sorted(zip(compute.as_trec_scores(list(r.values())).tolist(), r, strict=True),
                                         reverse=True)] for q, r in run.items()}  # fmt: skip
     assert np.array_equal(score_run(ordered, qrels, measures=ALL).values, expected)
-    monkeypatch.setattr(compute, "_PAIR_CHUNK", 5)
+    monkeypatch.setattr(compute, "_CELLS", 5)
     assert np.array_equal(score_run(run, qrels, measures=ALL).values, expected)
+    uniform = {q: r for q, r in run.items() if len(r) == 30}
+    assert len(uniform) > 20
+    check_bit_identical(uniform, qrels, score_run(uniform, qrels, measures=ALL))
 
 
 def test_a_tie_at_the_top_of_every_query() -> None:

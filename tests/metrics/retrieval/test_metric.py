@@ -235,13 +235,6 @@ def test_numbers_of_other_types_are_accepted() -> None:
     assert r == {"MRR": 1.0, "Recall@2": 0.5}
 
 
-def test_blocks_of_comparisons_give_the_same_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
-    run, qrels = random_case(3)
-    expected = score_run(run, qrels, measures=ALL).values
-    monkeypatch.setattr(compute, "_PAIR_CHUNK", 7)
-    assert (score_run(run, qrels, measures=ALL).values == expected).all()
-
-
 def test_compute_doctests() -> None:
     import convrag.metrics.retrieval.trec as trec
 
