@@ -5,7 +5,7 @@ from __future__ import annotations
 import numbers
 from collections.abc import Hashable, Mapping, Sequence
 from itertools import chain
-from operator import itemgetter
+from types import SimpleNamespace
 from typing import Any
 
 import datasets
@@ -15,7 +15,7 @@ import numpy as np
 from .compute import DEFAULT_K_VALUES, measure_names, score_run
 
 # evaluate copies only the files this script imports itself (not compute.py's imports): keep inputs.py named here
-from .inputs import GroupsError, QrelsError, RetrievalInputError, RunError, _keys_are_strings
+from .inputs import GroupsError, QrelsError, RetrievalInputError, RunError
 
 _CITATION = """\
 @misc{trec_eval,
@@ -189,8 +189,7 @@ def check_form(values: Sequence[Any], column: str, form: str | None, offset: int
     return form
 
 
-_ID = itemgetter("id")
-_VALUE = {"predictions": itemgetter("score"), "references": itemgetter("grade")}
+_KEY = {"predictions": "score", "references": "grade"}
 _VALUE_KINDS = {"predictions": ({float, int}, "scored"), "references": ({int}, "graded")}
 
 
@@ -200,28 +199,30 @@ def bulk_columns(values: Any, column: str, form: str | None, offset: int = 0) ->
     rarer type (integer ids, numpy numbers): :func:`with_string_ids` and :func:`check_form` then walk the items to
     convert them or to name the bad one.
 
-    A column passes when every query is a list or tuple; every item is a ``str`` (form ``ids``) or every item is a
-    ``dict`` with an ``"id"`` and a ``"score"`` (``"grade"``), the ids all ``str``, the scores all ``float`` or
-    ``int`` (the grades all ``int``) (form ``scored`` / ``graded``); and that form is ``form`` when earlier
-    batches set one. Each check is one C loop over the column (``set(map(type, ...))``, the dicts' own check of
-    keyword names), none a Python step per item; an id given twice in a query is an error naming the query."""
+    A column passes when every query is a list or tuple; every item is a ``str`` (form ``ids``) or, the first
+    item being a ``dict``, every item is an object with an ``"id"`` and a ``"score"`` (``"grade"``), the ids all
+    ``str``, the scores all ``float`` or ``int`` (the grades all ``int``) (form ``scored`` / ``graded``); and
+    that form is ``form`` when earlier batches set one. Each check is a C loop (``set(map(type, ...))``, a dict's
+    own check of keyword names, the lookups of :func:`as_mappings`), none a Python step per item but the dict
+    comprehension that builds each query's dict; an id given twice in a query is an error naming the query."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
         return None
     if not set(map(type, values)) <= {list, tuple}:
         return None
-    kinds = set(map(type, chain.from_iterable(values)))
-    if not kinds:
+    first = next((value[0] for value in values if len(value)), None)
+    if first is None:
         return form, list(values)
-    if kinds == {str}:
+    if type(first) is str:
+        if set(map(type, chain.from_iterable(values))) != {str}:
+            return None
         kind, per_query = "ids", list(values)
-    elif kinds == {dict}:
+    elif type(first) is dict:
         numbers_ok, kind = _VALUE_KINDS[column]
         try:
             per_query = as_mappings(values, column, offset)
-        except (KeyError, TypeError):  # an object without "id" or the score / grade, an unhashable id
+        except (KeyError, TypeError):  # an item that is no object, without "id" or the score, a non-string id
             return None
-        values_kinds = set(map(type, chain.from_iterable(map(dict.values, per_query))))
-        if not values_kinds <= numbers_ok or not _keys_are_strings(per_query):
+        if not set(map(type, chain.from_iterable(map(dict.values, per_query)))) <= numbers_ok:
             return None
     else:
         return None
@@ -230,13 +231,16 @@ def bulk_columns(values: Any, column: str, form: str | None, offset: int = 0) ->
 
 def as_mappings(values: Sequence[Sequence[Any]], column: str, offset: int = 0) -> list[Any]:
     """Per query, its {"id", "score"} (``"grade"``) objects as a dict ``{id: score}``; a query of document ids
-    stays a list. A document given twice in a query is an error naming it and the query's position."""
-    getter = _VALUE[column]
+    stays a list. A document given twice in a query is an error naming it and the query's position; an item that
+    is not an object with those keys, or an id that is not a string, is a KeyError or a TypeError."""
+    key = _KEY[column]
 
     def mapping(value: Any) -> Any:
-        if isinstance(value, Mapping) or not len(value) or isinstance(value[0], str):
+        if type(value) is dict or isinstance(value, Mapping) or not len(value) or isinstance(value[0], str):
             return value if len(value) else {}
-        return dict(zip(map(_ID, value), map(getter, value), strict=False))  # zip is lazy: one pass over value
+        out = {item["id"]: item[key] for item in value}
+        SimpleNamespace(**out)  # a TypeError unless every id is a string, checked while the ids are in the cache
+        return out
 
     out = list(map(mapping, values))
     sizes = np.fromiter(map(len, out), dtype=np.int64, count=len(out))
@@ -342,7 +346,8 @@ class Retrieval(evaluate.Metric):
                  groups: Sequence[Hashable] | Mapping[str, Hashable] | None = None) -> dict[str, Any]:
         if query_ids is None:
             query_ids = [str(i) for i in range(len(predictions))]
-        query_ids = [_string_id(q, "query_ids", RunError, "query id") for q in query_ids]
+        if not set(map(type, query_ids)) <= {str}:
+            query_ids = [_string_id(q, "query_ids", RunError, "query id") for q in query_ids]
         if len(query_ids) != len(predictions):
             raise RunError(f"query_ids has {len(query_ids)} ids for {len(predictions)} predictions")
         if not all(isinstance(q, str) for q in query_ids) or len(set(query_ids)) != len(query_ids):
