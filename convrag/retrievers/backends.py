@@ -4,7 +4,11 @@
 * ``onnx``: the model's transformer exported to ONNX (float32, eager attention traced by ``torch.onnx``), its
   attention, layer norms and GELU fused by ONNX Runtime's transformer optimizer, and run by ONNX Runtime's CPU
   provider. Tokenisation, prompts, truncation, pooling and normalisation stay sentence-transformers' own: only the
-  transformer module's forward pass changes, so every dense option applies unchanged.
+  transformer module's forward pass changes, so every dense option applies unchanged. Each batch
+  sentence-transformers hands over is run as runs of ``ROWS_PER_RUN`` rows of similar length, each cut to its
+  longest row (no padding columns beyond it), on ``torch.get_num_threads()`` threads sharing one single-threaded
+  session without spin-waiting. Padding is masked, so the token embeddings of real tokens are those of the whole
+  padded batch up to float rounding; the work saved is the padding (about 30% of torch's CPU time on StratRAG).
 
 An export is made once per model and kept in ``$CONVRAG_ONNX_CACHE``, else ``$CONVRAG_CACHE_DIR/onnx``, else
 ``~/.cache/convrag/onnx`` (never inside the installed package): the folder ``<root>/<model digest>-v<version>/``
@@ -23,6 +27,7 @@ import os
 import shutil
 import tempfile
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
@@ -35,6 +40,8 @@ ONNX_CACHE_ENV = "CONVRAG_ONNX_CACHE"
 #: Recipe version of an export (part of its folder's name: a new recipe makes a new export).
 EXPORT_VERSION = 1
 EXPORT_TOLERANCE = 1e-3
+#: Rows per ONNX Runtime run: a batch is cut into runs of this many rows of similar length, each without padding.
+ROWS_PER_RUN = 4
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 _PROBES = ["A short probe.", "A longer probe sentence about the Eiffel Tower, built in Paris for the 1889 fair. " * 3]
 
@@ -79,6 +86,9 @@ def _session(path: Path) -> Any:
 
     options = ort.SessionOptions()
     options.enable_mem_pattern = False  # every batch has its own shape: a memory plan per shape only grows memory
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = 1  # parallel over runs (one per thread), not inside a run
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
@@ -158,25 +168,46 @@ def backend_record(model: str, backend: str) -> dict[str, Any]:
         return {"name": "torch", "runtime": f"torch {_versions()['torch']}"}
     meta = json.loads((onnx_export(model) / "meta.json").read_text())
     return {"name": backend, "runtime": f"onnxruntime {meta['versions']['onnxruntime']}", "file": "model.onnx",
-            "digest": f"sha256:{meta['sha256']}", "recipe": meta["recipe"]}  # fmt: skip
+            "digest": f"sha256:{meta['sha256']}", "recipe": meta["recipe"],
+            "execution": f"unpadded runs of {ROWS_PER_RUN} rows"}  # fmt: skip
 
 
 def _onnx_module(folder: Path, config: Any) -> Any:
+    import numpy as np
     import torch
 
     class OnnxTransformer(torch.nn.Module):
         """Stands in for a Hugging Face model inside sentence-transformers' Transformer module: the same inputs
-        (those the export takes), its ``last_hidden_state`` computed by ONNX Runtime."""
+        (those the export takes), its ``last_hidden_state`` computed by ONNX Runtime in unpadded runs of
+        :data:`ROWS_PER_RUN` rows (see the module docstring); positions past its run's longest row are zeros. A
+        batch not padded on the right (a left-padding tokenizer) is run whole, as exported."""
 
         def __init__(self) -> None:
             super().__init__()
             self.config = config
             self.session = _session(folder / "model.onnx")
             self.inputs = [i.name for i in self.session.get_inputs()]
+            self.threads = max(1, torch.get_num_threads())
+            self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="convrag-onnx")
 
         def forward(self, **features: Any) -> dict[str, torch.Tensor]:
             feeds = {n: features[n].cpu().numpy() for n in self.inputs}
-            return {"last_hidden_state": torch.from_numpy(self.session.run(None, feeds)[0])}
+            mask = features["attention_mask"].cpu().numpy()
+            lengths = mask.sum(axis=1)
+            if not np.array_equal(mask != 0, np.arange(mask.shape[1]) < lengths[:, None]):  # not padded on the right
+                return {"last_hidden_state": torch.from_numpy(self.session.run(None, feeds)[0])}
+            order = np.argsort(-lengths, kind="stable")  # similar lengths together: little padding per run
+            runs = [order[i : i + ROWS_PER_RUN] for i in range(0, len(order), ROWS_PER_RUN)]
+
+            def run(rows: np.ndarray) -> np.ndarray:
+                width = max(1, int(lengths[rows].max()))
+                return self.session.run(None, {n: v[rows, :width] for n, v in feeds.items()})[0]
+
+            batch, width = features["attention_mask"].shape
+            out = np.zeros((batch, width, self.config.hidden_size), dtype=np.float32)
+            for rows, hidden in zip(runs, self.pool.map(run, runs), strict=True):
+                out[rows, : hidden.shape[1]] = hidden
+            return {"last_hidden_state": torch.from_numpy(out)}
 
     return OnnxTransformer()
 

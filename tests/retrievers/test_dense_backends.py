@@ -1,6 +1,6 @@
 """The dense retriever's ONNX backend (``backend=onnx``) against torch on the shipped StratRAG data: the same top-10
-documents for >= 99% of the questions, its own embeddings-cache entries and results record, and a one-line exit 2
-for a backend that does not exist."""
+documents for >= 99% of the questions, its own embeddings-cache entries and results record, its unpadded runs
+giving the padded batch's outputs, and a one-line exit 2 for a backend that does not exist."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from convrag.cli import main
@@ -15,6 +16,8 @@ from convrag.core.errors import ConvragError
 from convrag.evaluation.data import Folder
 from convrag.retrievers import DenseRetriever
 from convrag.retrievers import embed as disk
+from convrag.retrievers.backends import ROWS_PER_RUN, load_onnx_model
+from convrag.retrievers.encoders import default_model_path
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
@@ -59,6 +62,24 @@ def test_onnx_gives_torch_top10_on_stratrag(stratrag_first30: Path, onnx_cache: 
     assert torch_.settings()["backend"]["name"] == "torch"
     (export,) = onnx_cache.iterdir()
     assert json.loads((export / "meta.json").read_text())["probe_max_difference"] < 1e-3
+
+
+@pytest.mark.slow  # makes the ONNX export (16 s on 2 busy cores) unless the StratRAG test above has made it
+def test_unpadded_runs_give_the_padded_batch_outputs() -> None:
+    model = load_onnx_model(default_model_path())
+    # 9 texts of 20 to 256 tokens (truncated), in an order unlike their lengths; the last run is partial
+    text = "Sentence {} about the Eiffel Tower, built in Paris for the 1889 World's Fair. "
+    texts = [text.format(i) * (i % 4 * 9 + 1) for i in range(2 * ROWS_PER_RUN + 1)]
+    features = model.tokenizer(texts, padding=True, truncation=True, max_length=256, return_tensors="pt")
+    onnx_ = model[0].model
+    got = onnx_(**features)["last_hidden_state"].numpy()
+    whole = onnx_.session.run(None, {n: features[n].numpy() for n in onnx_.inputs})[0]  # one padded run
+    mask = features["attention_mask"].numpy().astype(bool)
+    assert got.shape == whole.shape and mask.sum(axis=1).min() < mask.shape[1] / 4
+    assert float(np.abs(got - whole)[mask].max()) < 1e-5  # real tokens: the same up to float rounding
+    left = {n: features[n].flip(1) for n in onnx_.inputs}  # padded on the left: run whole, as exported
+    expected = onnx_.session.run(None, {n: v.numpy() for n, v in left.items()})[0]
+    assert np.array_equal(onnx_(**left)["last_hidden_state"].numpy(), expected)
 
 
 def test_cache_key_differs_by_backend() -> None:
