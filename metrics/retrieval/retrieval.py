@@ -222,6 +222,8 @@ def bulk_columns(values: Any, column: str, form: str | None, offset: int = 0) ->
             per_query = as_mappings(values, column, offset)
         except (KeyError, TypeError):  # an item that is no object, without "id" or the score, a non-string id
             return None
+        if set(map(type, per_query)) != {dict}:  # a query of document ids among the objects
+            return None
         if not set(map(type, chain.from_iterable(map(dict.values, per_query)))) <= numbers_ok:
             return None
     else:
