@@ -187,8 +187,7 @@ def _onnx_module(folder: Path, config: Any) -> Any:
             self.config = config
             self.session = _session(folder / "model.onnx")
             self.inputs = [i.name for i in self.session.get_inputs()]
-            self.threads = max(1, torch.get_num_threads())
-            self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="convrag-onnx")
+            self.pool = ThreadPoolExecutor(max(1, torch.get_num_threads()), thread_name_prefix="convrag-onnx")
 
         def forward(self, **features: Any) -> dict[str, torch.Tensor]:
             feeds = {n: features[n].cpu().numpy() for n in self.inputs}
@@ -203,8 +202,7 @@ def _onnx_module(folder: Path, config: Any) -> Any:
                 width = max(1, int(lengths[rows].max()))
                 return self.session.run(None, {n: v[rows, :width] for n, v in feeds.items()})[0]
 
-            batch, width = features["attention_mask"].shape
-            out = np.zeros((batch, width, self.config.hidden_size), dtype=np.float32)
+            out = np.zeros((*mask.shape, self.config.hidden_size), dtype=np.float32)
             for rows, hidden in zip(runs, self.pool.map(run, runs), strict=True):
                 out[rows, : hidden.shape[1]] = hidden
             return {"last_hidden_state": torch.from_numpy(out)}

@@ -225,14 +225,13 @@ def _relevant_ranks(retrieved: Retrieved, rel_docs: list[str]) -> np.ndarray:
     r = retrieved
     ranks = np.full(len(rel_docs), np.inf)
     ranks[r.listed] = r.listed_rank
-    ahead, pair_found, pair_pos = _compare_rows(r.flat, r.bounds, r.found_seg, r.found_score)
+    ahead, pair_found, pair_column = _compare_rows(r.flat, r.bounds, r.found_seg, r.found_score)
     segs = np.unique(r.found_seg[pair_found])
     docs = segment_doc_ids(r, segs.tolist())
     if pair_found.size:
         lengths = np.diff(r.bounds)[segs]
         start_in_docs = np.cumsum(lengths) - lengths  # where each wanted segment starts in ``docs``
-        seg = r.found_seg[pair_found]
-        at = pair_pos - r.bounds[seg] + start_in_docs[np.searchsorted(segs, seg)]
+        at = pair_column + start_in_docs[np.searchsorted(segs, r.found_seg[pair_found])]
         theirs = map(docs.__getitem__, at.tolist())
         mine = map(rel_docs.__getitem__, r.found[pair_found].tolist())
         later = np.fromiter(map(gt, theirs, mine), dtype=bool, count=pair_found.size)
@@ -244,8 +243,8 @@ def _relevant_ranks(retrieved: Retrieved, rel_docs: list[str]) -> np.ndarray:
 def _compare_rows(flat: np.ndarray, bounds: np.ndarray, seg: np.ndarray,
                   own: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For each (segment ``seg[i]``, 32-bit score ``own[i]``): how many scores of the segment (``flat`` between
-    ``bounds[s]`` and ``bounds[s + 1]``) are higher, and the pairs (i, position in ``flat``) of the other scores
-    that equal it, when it has any.
+    ``bounds[s]`` and ``bounds[s + 1]``) are higher, and the pairs (i, position in the segment) of the scores
+    that equal it (itself included), when it ties with another.
 
     Segments are compared as rows of a matrix: ``flat`` reshaped when every segment has the same length, else
     gathered (padded with NaN, which equals nothing) in blocks of about ``_CELLS`` cells of rows of similar
@@ -253,9 +252,9 @@ def _compare_rows(flat: np.ndarray, bounds: np.ndarray, seg: np.ndarray,
     sizes = np.diff(bounds)
     ahead = np.zeros(seg.size, dtype=np.int64)
     pairs_i: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
-    pairs_pos: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+    pairs_column: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
     if not seg.size:
-        return ahead, pairs_i[0], pairs_pos[0]
+        return ahead, pairs_i[0], pairs_column[0]
     uniform = bool((sizes == sizes[0]).all())
     lengths = sizes[seg]
     bucket = np.ceil(np.log2(lengths)).astype(np.int64)
@@ -277,8 +276,8 @@ def _compare_rows(flat: np.ndarray, bounds: np.ndarray, seg: np.ndarray,
             tied = np.flatnonzero(np.count_nonzero(equal, axis=1) > 1)  # each document ties with itself
             which, column = np.nonzero(equal[tied])
             pairs_i.append(rows[tied][which])
-            pairs_pos.append(bounds[seg[rows[tied][which]]] + column)
-    return ahead, np.concatenate(pairs_i), np.concatenate(pairs_pos)
+            pairs_column.append(column)
+    return ahead, np.concatenate(pairs_i), np.concatenate(pairs_column)
 
 
 def _measure_values(parsed: list[tuple[str, int | None]], n_queries: int, rel_query: np.ndarray,
