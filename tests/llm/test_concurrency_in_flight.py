@@ -1,6 +1,8 @@
 """Every LLM-facing command keeps the requested number of requests in flight at an OpenAI-compatible server that
-answers after a fixed 0.5 s (tests.llm.test_faults.FakeServer, which counts requests in flight itself), and writes
-the achieved figures (``in_flight``: limit, peak, time-weighted mean, busy seconds) into its report.
+answers after a fixed delay (tests.llm.test_faults.FakeServer, which counts requests in flight itself), and writes
+the achieved figures (``in_flight``: limit, peak, time-weighted mean, busy seconds) into its report. The delay is
+1 s so that the client's own work between a reply and the next request (slower on a loaded machine) stays small
+beside it.
 
 One set-up per command, run in-process through ``convrag.cli.main`` at concurrency 16 with at least 48 requests:
 ``select`` (judge and LLM reranker, ``judge.concurrency``), ``audit`` (question pattern, query-evidence and the
@@ -29,6 +31,7 @@ from tests.llm.test_faults import FakeServer
 HOTPOT = DATA / "hotpotqa" / "hotpot_dev_distractor_v1.first30.json"
 FIQA = ["fiqa-tasks", "fiqa-lastturn", "fiqa-questions", "fiqa-qrels", "fiqa-cited-corpus"]
 LIMIT = 16
+DELAY = 1.0
 SYSTEMS = {load_prompt(name).templates[0][1].strip(): name
            for name in ("audit_question_pattern", "audit_query_evidence", "audit_relevance_graded",
                         "seara_rerank_listwise", "rag_answer", "query_rewrite")}  # fmt: skip
@@ -71,7 +74,7 @@ def reply(body: dict[str, Any]) -> str:
 @pytest.fixture
 def server() -> Iterator[FakeServer]:
     s = FakeServer()
-    s.delay = 0.5
+    s.delay = DELAY
     s.responder = reply
     yield s
     s.close()
@@ -134,7 +137,7 @@ def test_select_keeps_judge_concurrency_in_flight(server: FakeServer, tmp_path: 
     _select_files(tmp_path, 16)
     out = tmp_path / "out"
     components = FakeServer()
-    components.delay, components.responder = 0.5, reply
+    components.delay, components.responder = DELAY, reply
     try:
         code = main(["select", "--space", str(tmp_path / "space.yaml"), "--corpus", str(tmp_path / "corpus.jsonl"),
                      "--queries", str(tmp_path / "queries.jsonl"), "--out", str(out), "--judge", spec(server),

@@ -232,7 +232,8 @@ def test_pipelined_converse_writes_the_turn_batched_output_byte_for_byte(tmp_pat
 
 def test_synthesize_mtr_keeps_the_server_at_concurrency_across_shards(tmp_path: Path) -> None:
     """``convrag synthesize mtr --stages converse,polish --concurrency 16`` over 32 conversations of 2 turns in shards
-    of 8 (smaller than the bound: a shard barrier would allow at most 8 in flight), each request held 0.5 s. The
+    of 8 (smaller than the bound: a shard barrier would allow at most 8 in flight), each request held 1 s (the client's
+own work between requests, slower on a loaded machine, stays small beside it). The
     Questioner and Responder call one server, the Polisher another, so each stage's requests in flight are counted
     apart by the server itself: peak 16 and mean >= 12 (while work remained to be handed out) in both."""
     corpus, clusters = _corpus(tmp_path)
@@ -242,7 +243,7 @@ def test_synthesize_mtr_keeps_the_server_at_concurrency_across_shards(tmp_path: 
     agents, polisher = FakeServer(), FakeServer()
     try:
         for s in (agents, polisher):
-            s.delay = 0.5
+            s.delay = 1.0
             s.responder = lambda body: served(body, failures=False)
         start = time.perf_counter()
         code = main(["synthesize", "mtr", "--corpus", str(corpus), "--out", str(out), "--stages", "converse,polish",
