@@ -23,6 +23,9 @@ os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("CONVRAG_SHARED_DATA", REPO.parent / "shared" / "data"))
+#: the embedded placeholder as a judge, one reply per request: a re-ask sends its rambling reply back with the error
+#: appended, several times the tokens, and only rambles again (the re-asks are tested in tests/llm/test_default.py)
+PLACEHOLDER_JUDGE = "default;structured_attempts=1"
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from convrag.cli import main
-from tests.conftest import DATA
+from tests.conftest import DATA, PLACEHOLDER_JUDGE
 
 pytestmark = pytest.mark.slow
 #: the embedded placeholder, one reply per request (see the module docstring)
-JUDGE = ["--judge", "default;structured_attempts=1"]
+JUDGE = ["--judge", PLACEHOLDER_JUDGE]
 
 
 @pytest.fixture(scope="module")

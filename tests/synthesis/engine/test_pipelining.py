@@ -42,6 +42,7 @@ from convrag.synthesis.mtr.converse import Converse, turn_record
 from convrag.synthesis.mtr.pipeline import mtr_pipeline
 from convrag.synthesis.recor.common import Drop, DVStage, Outcome, Tokens
 from tests.conftest import DATA
+from tests.llm.test_concurrency_in_flight import DELAY
 from tests.llm.test_faults import FakeServer
 
 HOTPOT = DATA / "hotpotqa" / "hotpot_dev_distractor_v1.first30.json"
@@ -232,10 +233,10 @@ def test_pipelined_converse_writes_the_turn_batched_output_byte_for_byte(tmp_pat
 
 def test_synthesize_mtr_keeps_the_server_at_concurrency_across_shards(tmp_path: Path) -> None:
     """``convrag synthesize mtr --stages converse,polish --concurrency 16`` over 32 conversations of 2 turns in shards
-    of 8 (smaller than the bound: a shard barrier would allow at most 8 in flight), each request held 1 s (the client's
-own work between requests, slower on a loaded machine, stays small beside it). The
-    Questioner and Responder call one server, the Polisher another, so each stage's requests in flight are counted
-    apart by the server itself: peak 16 and mean >= 12 (while work remained to be handed out) in both."""
+    of 8 (smaller than the bound: a shard barrier would allow at most 8 in flight), each request held ``DELAY`` (as in
+    the commands' tests of tests/llm/test_concurrency_in_flight.py). The Questioner and Responder call one server, the
+    Polisher another, so each stage's requests in flight are counted apart by the server itself: peak 16 and mean >=
+    12 (while work remained to be handed out) in both."""
     corpus, clusters = _corpus(tmp_path)
     out = tmp_path / "run"
     claim_run_folder(out, [corpus], "synthesize mtr", "mtr", [corpus])  # as the command does before its first stage
@@ -243,7 +244,7 @@ own work between requests, slower on a loaded machine, stays small beside it). T
     agents, polisher = FakeServer(), FakeServer()
     try:
         for s in (agents, polisher):
-            s.delay = 1.0
+            s.delay = DELAY
             s.responder = lambda body: served(body, failures=False)
         start = time.perf_counter()
         code = main(["synthesize", "mtr", "--corpus", str(corpus), "--out", str(out), "--stages", "converse,polish",

@@ -20,7 +20,7 @@ import pytest
 
 from convrag.cli import main
 from convrag.synthesis.engine.records import read_records
-from tests.conftest import build_mtrag
+from tests.conftest import PLACEHOLDER_JUDGE, build_mtrag
 
 pytestmark = pytest.mark.slow
 
@@ -117,9 +117,9 @@ def test_pipeline_killed_mid_agents_resumes_builds_and_evaluates(clapnq_cited: P
     # and the synthesized benchmark's labels can be audited like any other (one turn, two MTR-Eval judges; all four
     # run through the model on MTRAG in tests/audit/test_slow.py); the placeholder often rambles until max_tokens
     # and gives no usable verdict in a dimension: the run then says so (exit 1, outputs marked incomplete), which is
-    # the plumbing working; one attempt per reply (not 3), as the placeholder's re-asks only ramble again
+    # the plumbing working; one reply per request (PLACEHOLDER_JUDGE)
     code = main(["audit", str(built), "--sample", "1", "--dimensions", "query_evidence,completeness",
-                 "--judge", "default;structured_attempts=1", "--out", str(tmp_path / "audit"),
+                 "--judge", PLACEHOLDER_JUDGE, "--out", str(tmp_path / "audit"),
                  "--cache", str(tmp_path / "judges"), "--no-progress"])
     assert code in (0, 1)
     summary = json.loads((tmp_path / "audit" / "summary.json").read_text(encoding="utf-8"))
